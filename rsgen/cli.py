@@ -1,0 +1,87 @@
+"""The `rsgen` command line. Thin: parse the recipe, then hand it to a stage's `run_*` function."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rsgen.config import RecipeError, load_recipe
+
+STAGES = ("prepare", "generate", "judge", "emit")
+
+EPILOG = """\
+recipe overrides: any recipe key can follow as `--key value` (YAML value), e.g.
+  rsgen run --config recipes/demo.yaml --output_dir runs/x --judge false --max_new_tokens 256
+
+multi-process: accelerate launch --config_file accelerate_configs/multi_gpu.yaml -m rsgen run --config ...
+"""
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rsgen",
+        description="Rejection-sampled training data for vision-language models.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def add_recipe_command(name: str, help_text: str):
+        p = sub.add_parser(name, help=help_text, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("--config", required=True, help="recipe YAML file (see recipes/)")
+        return p
+
+    add_recipe_command("run", "all stages: prepare -> generate -> judge -> emit (resumable)")
+    add_recipe_command("prepare", "load, group and clean the pool into OUTPUT_DIR/prepared/")
+    add_recipe_command("generate", "answer every prepared question with the VLM (resumable)")
+    add_recipe_command("judge", "re-examine verifier rejections with the model as a text-only judge (resumable)")
+    add_recipe_command("emit", "write the dataset splits, TRL views, stats.json and the card")
+
+    demo = sub.add_parser("demo", help="the whole pipeline on the embedded demo pool and the shipped demo model")
+    demo.add_argument("--output-dir", "--output_dir", dest="output_dir", default="runs/demo")
+    demo.add_argument("--num-images", "--num_images", dest="num_images", type=int, default=None,
+                      help="images in the freshly drawn demo pool (default: the demo recipe's)")
+    demo.add_argument("--seed", type=int, default=None, help="pool seed (default: one the model never saw)")
+
+    card = sub.add_parser("card", help="re-render OUTPUT_DIR/dataset/README.md from what is on disk")
+    card.add_argument("output_dir")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _build_parser()
+    args, rest = parser.parse_known_args(argv)
+    try:
+        if args.command == "card":
+            if rest:
+                parser.error(f"unrecognized arguments: {' '.join(rest)}")
+            from rsgen.emit import render_card
+
+            path = render_card(args.output_dir)
+            print(f"card written to {path}")
+            return
+        if args.command == "demo":
+            if rest:
+                parser.error(f"unrecognized arguments: {' '.join(rest)}")
+            from rsgen.demo.run import run_demo
+
+            run_demo(output_dir=args.output_dir, num_images=args.num_images, seed=args.seed)
+            return
+
+        recipe = load_recipe(args.config, rest)
+        if args.command == "run":
+            from rsgen.pipeline import run_pipeline
+
+            run_pipeline(recipe)
+        else:
+            from rsgen.pipeline import run_stage
+
+            run_stage(args.command, recipe)
+    except RecipeError as err:
+        print(f"rsgen: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

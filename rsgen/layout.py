@@ -1,0 +1,45 @@
+"""Where each stage reads and writes inside OUTPUT_DIR. Stages talk through these files only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class OutputLayout:
+    def __init__(self, output_dir: str | Path):
+        self.root = Path(output_dir)
+
+    @property
+    def run_json(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def prepared(self) -> Path:
+        """Cleaned pool: parquet shards (one row per image) + prepare_report.json."""
+        return self.root / "prepared"
+
+    @property
+    def prepare_report(self) -> Path:
+        return self.prepared / "prepare_report.json"
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def generate_work(self) -> Path:
+        """CheckpointStore parts of the generate stage (one record per QA id and sample)."""
+        return self.work / "generate"
+
+    @property
+    def judge_work(self) -> Path:
+        """CheckpointStore parts of the judge stage (one record per judged QA id)."""
+        return self.work / "judge"
+
+    @property
+    def dataset(self) -> Path:
+        return self.root / "dataset"
+
+    @property
+    def stats_json(self) -> Path:
+        return self.root / "stats.json"

@@ -1,0 +1,110 @@
+"""The checkpoint store shared by generate and judge: per-rank JSON Lines parts under OUTPUT_DIR/work/<stage>/.
+
+Why parts and not one file: each rank appends only its own files, so no locking is needed across processes or
+nodes; each part is written to a temporary name and renamed, so a part on disk is always complete. A killed
+run loses at most the records buffered since the last flush, and a restart (with any number of processes)
+skips every key already present in any part.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+PART_SUFFIX = ".jsonl"
+
+
+class CheckpointStore:
+    """Records keyed by `key` (a QA id, or `id#sample`), stored as atomic parts in one directory."""
+
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = Path(directory)
+
+    def parts(self) -> list[Path]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(p for p in self.directory.iterdir() if p.name.endswith(PART_SUFFIX))
+
+    def iter_records(self) -> Iterator[dict[str, Any]]:
+        """Every record once per key (the first written wins), in part order."""
+        seen: set[str] = set()
+        for part in self.parts():
+            with open(part, encoding="utf-8") as fh:
+                for line in fh:
+                    rec = json.loads(line)
+                    if rec["key"] in seen:
+                        continue
+                    seen.add(rec["key"])
+                    yield rec
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        return {rec["key"]: rec for rec in self.iter_records()}
+
+    def done_keys(self) -> set[str]:
+        return {rec["key"] for rec in self.iter_records()}
+
+    def writer(self, rank: int, every_items: int = 256, every_seconds: float = 60.0) -> PartWriter:
+        return PartWriter(self.directory, rank, every_items, every_seconds)
+
+
+class PartWriter:
+    """Buffers records and flushes them as one new part every `every_items` records or `every_seconds`."""
+
+    def __init__(self, directory: Path, rank: int, every_items: int, every_seconds: float):
+        self.directory = directory
+        self.rank = rank
+        self.every_items = max(1, every_items)
+        self.every_seconds = every_seconds
+        self.buffer: list[dict[str, Any]] = []
+        self.last_flush = time.monotonic()
+        self.parts_written = 0
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def add(self, record: dict[str, Any]) -> None:
+        if "key" not in record:
+            raise ValueError("checkpoint records need a 'key'")
+        self.buffer.append(record)
+        if len(self.buffer) >= self.every_items or time.monotonic() - self.last_flush >= self.every_seconds:
+            self.flush()
+
+    def extend(self, records: Iterable[dict[str, Any]]) -> None:
+        for r in records:
+            self.add(r)
+
+    def flush(self) -> None:
+        self.last_flush = time.monotonic()
+        if not self.buffer:
+            return
+        # Time first so parts sort in write order; uuid so two restarts within one ns never collide.
+        name = f"{time.time_ns():020d}-rank{self.rank:05d}-{uuid.uuid4().hex[:8]}"
+        tmp = self.directory / f".{name}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for rec in self.buffer:
+                fh.write(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.directory / (name + PART_SUFFIX))
+        self.parts_written += 1
+        self.buffer = []
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self) -> PartWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # Flush even on error: records in the buffer are finished work.
+        self.flush()
+
+
+def shard_for_rank(keys: list[str], rank: int, world_size: int) -> list[str]:
+    """Stripe the FULL, globally ordered key list across ranks (then each rank skips its done keys): every key
+    belongs to exactly one rank whatever the timing of the ranks, so no barrier is needed between reading the
+    store and working. Striping only the pending keys would race with ranks that already wrote parts."""
+    return keys[rank::world_size]
