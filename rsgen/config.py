@@ -57,6 +57,10 @@ class SourceConfig:
     keep_question_patterns: list[str] = field(default_factory=list)  # regexes, any match keeps
     source_allowlist: list[str] | None = None  # allowed values of source_id_column's dataset prefix
 
+    # `dataset_name: rsgen-demo` draws the procedural demo pool instead of reading data.
+    demo_num_images: int = 300
+    demo_seed: int = 1234
+
 
 @dataclass
 class RecipeConfig:
