@@ -1,0 +1,69 @@
+"""Recipe parsing: YAML + overrides into dataclasses, unknown keys and bad values named in the error."""
+
+import pytest
+
+from rsgen.config import RecipeError, load_recipe, parse_overrides, recipe_from_dict
+
+SOURCE = {"dataset_name": "HuggingFaceM4/ChartQA", "question_column": "query", "answer_column": "label", "family": "ChartQA"}
+
+
+def write(tmp_path, text):
+    p = tmp_path / "r.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_yaml_and_overrides(tmp_path):
+    p = write(tmp_path, "output_dir: runs/a\nmax_new_tokens: 64\nsources:\n  - dataset_name: x\n    family: X\n")
+    r = load_recipe(p, ["--max_new_tokens", "128", "--judge=false", "--verifier", "{X: exact}"])
+    assert r.output_dir == "runs/a"
+    assert r.max_new_tokens == 128
+    assert r.judge is False
+    assert r.verifier_for("X") == "exact"
+    assert r.sources[0].dataset_name == "x"
+
+
+@pytest.mark.parametrize(
+    "raw, needle",
+    [
+        ({"max_new_token": 5}, "'max_new_token'"),  # typo: named, with a suggestion
+        ({"sources": [{**SOURCE, "question_colum": "q"}]}, "question_colum"),
+        ({"sources": [{"family": "X"}]}, "dataset_name"),
+        ({"sources": [{"dataset_name": "x"}]}, "family"),
+        ({"sources": [{**SOURCE, "format": "sharegpt"}]}, "sharegpt"),
+        ({"max_new_tokens": "many"}, "max_new_tokens"),
+        ({"judge": "yes"}, "judge"),
+        ({"verifier": "fuzzy"}, "fuzzy"),
+        ({"num_samples": 4}, "temperature"),
+        ({"push_to_hub": True}, "hub_dataset_id"),
+    ],
+)
+def test_bad_recipes_name_the_problem(raw, needle):
+    with pytest.raises(RecipeError, match=needle.replace("(", r"\(")):
+        recipe_from_dict(raw)
+
+
+def test_unknown_key_suggests_close_match():
+    with pytest.raises(RecipeError, match="Did you mean 'max_new_tokens'"):
+        recipe_from_dict({"max_new_token": 5})
+
+
+def test_verifier_mapping_without_family_is_an_error():
+    r = recipe_from_dict({"verifier": {"ChartQA": "relaxed"}})
+    assert r.verifier_for("ChartQA") == "relaxed"
+    with pytest.raises(RecipeError, match="CLEVRMath"):
+        r.verifier_for("CLEVRMath")
+    assert recipe_from_dict({"verifier": {"default": "exact"}}).verifier_for("Any") == "exact"
+
+
+def test_override_parsing():
+    assert parse_overrides(["--a", "1", "--b=x y", "--c-d", "[1, 2]"]) == {"a": 1, "b": "x y", "c_d": [1, 2]}
+    with pytest.raises(RecipeError, match="no value"):
+        parse_overrides(["--a"])
+    with pytest.raises(RecipeError, match="unexpected argument"):
+        parse_overrides(["a"])
+
+
+def test_missing_recipe_file(tmp_path):
+    with pytest.raises(RecipeError, match="does not exist"):
+        load_recipe(tmp_path / "nope.yaml")
