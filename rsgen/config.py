@@ -46,6 +46,7 @@ class SourceConfig:
     options_column: str | None = None  # multiple-choice options (list of strings)
     source_id_column: str | None = None  # the source's own row id, recorded in clean_meta
     image_ref_column: str | None = None  # recorded image reference (file name) checked by provenance
+    conversation_column: str | None = None  # cauldron / llava: the list of turns (default: texts / conversations)
     family: str | None = None
     family_column: str | None = None
 

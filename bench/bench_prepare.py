@@ -1,0 +1,98 @@
+"""Throughput and peak memory of the prepare stage on the demo pool, at two pool sizes.
+
+    python bench/bench_prepare.py                      # 1,000 and 10,000 images, 2 workers
+    python bench/bench_prepare.py --sizes 1000 10000 --num-proc 2 --source demo
+
+Each size runs in a fresh subprocess so that its peak resident memory (ru_maxrss) is its own. With
+`--source parquet` (the default) the demo pool is first written to a parquet file (not timed) and prepare reads
+it like any local pool; `--source demo` draws the images inside prepare (`dataset_name: rsgen-demo`), which
+measures the drawing too. Target: peak memory at 10,000 images within 1.5x of that at 1,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+SEED = 20261202
+
+
+def child(num_images: int, num_proc: int, source_kind: str, workdir: str) -> dict:
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from rsgen.config import RecipeConfig, source_from_dict
+    from rsgen.prepare import run_prepare
+
+    mapping = {"family_column": "family", "options_column": "options", "source_id_column": "source_id"}
+    if source_kind == "parquet":
+        from rsgen.demo.pool import write_demo_pool
+
+        path = write_demo_pool(os.path.join(workdir, "pool.parquet"), num_images, SEED)
+        source = {"data_files": [str(path)], **mapping}
+    else:
+        source = {"dataset_name": "rsgen-demo", "demo_num_images": num_images, "demo_seed": SEED, **mapping}
+    recipe = RecipeConfig(
+        output_dir=os.path.join(workdir, "out"), sources=[source_from_dict(source)], prepare_num_proc=num_proc
+    )
+    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    report = run_prepare(recipe, force=True)
+    seconds = time.perf_counter() - start
+    return {
+        "images": num_images,
+        "source_rows": sum(s["source_rows"] for s in report["sources"]),
+        "qa_pairs": report["input_qa_pairs"],
+        "rows_written": report["rows"],
+        "seconds": round(seconds, 2),
+        "source_rows_per_s": round(sum(s["source_rows"] for s in report["sources"]) / seconds, 1),
+        "images_per_s": round(num_images / seconds, 1),
+        "rss_before_mb": round(baseline / 1024, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_worker_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--num-proc", type=int, default=2)
+    parser.add_argument("--source", choices=["parquet", "demo"], default="parquet")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        print(json.dumps(child(args.child, args.num_proc, args.source, args.workdir)))
+        return
+
+    results = []
+    for size in args.sizes:
+        with tempfile.TemporaryDirectory(prefix="rsgen-bench-prepare-") as workdir:
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", str(size), "--workdir", workdir,
+                 "--num-proc", str(args.num_proc), "--source", args.source],
+                check=True, capture_output=True, text=True,
+            )
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        results.append(result)
+        print(json.dumps(result))
+    print()
+    print(f"source: {args.source}, workers: {args.num_proc}")
+    print(f"{'images':>8} {'rows':>8} {'QA pairs':>9} {'seconds':>8} {'rows/s':>8} {'images/s':>9} {'peak MB':>8} {'worker MB':>10}")
+    for r in results:
+        print(f"{r['images']:>8} {r['source_rows']:>8} {r['qa_pairs']:>9} {r['seconds']:>8} {r['source_rows_per_s']:>8} "
+              f"{r['images_per_s']:>9} {r['peak_rss_mb']:>8} {r['peak_worker_rss_mb']:>10}")
+    if len(results) >= 2:
+        ratio = results[-1]["peak_rss_mb"] / results[0]["peak_rss_mb"]
+        verdict = "OK" if ratio <= 1.5 else "OVER TARGET"
+        print(f"peak memory ratio {results[-1]['images']} / {results[0]['images']} images: {ratio:.2f}x "
+              f"(target <= 1.5x: {verdict})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,535 @@
+"""The dataset card `dataset/README.md`, modelled on the seed card (shared/seeds/000_920e6ac7c570891d.txt).
+
+Every number comes from stats.json; the examples come straight from the written rejected shards (their images
+saved, as stored, under `assets/`). Rendering reads nothing else, so `rsgen card OUTPUT_DIR` rebuilds the card
+from disk and two renders of the same files are byte-identical.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import re
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+
+from rsgen.emit.plots import PLOT_NAME, draw_stats_plot
+from rsgen.emit.shards import config_glob
+from rsgen.emit.stats import SPLIT_KINDS, config_features
+
+TEMPLATE_PATH = Path(__file__).with_name("card_template.md")
+LONG_FIELD_CHARS = 300  # table cells longer than this go into a <details> block instead
+
+VERIFIER_TEXT = {
+    "relaxed": (
+        "ChartQA relaxed accuracy",
+        "The official ChartQA metric. If both the prediction and the reference parse as numbers, the answer is "
+        "correct when it lands within **5% relative tolerance** of the reference — chart values are read off axes, "
+        "so exact digit agreement is not a fair requirement. Otherwise the two strings must match exactly after "
+        "lowercasing, trimming, and dropping a trailing period. When a question has several acceptable references, "
+        "matching any one of them counts.",
+    ),
+    "exact": (
+        "exact match",
+        "The prediction must equal a reference after the same light normalisation as `relaxed` (lowercasing, "
+        "trimming, dropping a trailing period), with no numeric tolerance: `3.0` does not match `3`.",
+    ),
+    "numeric": (
+        "numeric equality",
+        "Prediction and reference must both parse as numbers and agree within a tolerance of **{numeric_tolerance}**. "
+        "A prediction that is not a number is a non-match.",
+    ),
+    "mc": (
+        "multiple choice",
+        "The reference is a bare option letter. The model's answer must name exactly one option — as a letter "
+        "(`(B)`, `B.`, `B)`, `**B**`, `The answer is B`) or as the full text of exactly one option — and that "
+        "letter must equal the reference. Two different letters is a non-match with reason `mc_ambiguous`; no "
+        "recognisable letter is a non-match with reason `mc_no_letter`.",
+    ),
+    "math": (
+        "mathematical equivalence",
+        "Prediction and reference are parsed and compared for mathematical equivalence with "
+        "[math-verify](https://github.com/huggingface/Math-Verify) (so `\\frac{{1}}{{2}}` matches `0.5`), with a time "
+        "limit of **{math_timeout_seconds} s** per item; a timeout is a non-match with reason `math_timeout`, never "
+        "a hang and never a pass.",
+    ),
+}
+
+# The seed card's wording for the steps it describes (keyed by rsgen.prepare's step names); any other step is
+# described by the "does" text prepare recorded in its report.
+STEP_TEXT = {
+    "provenance": "**Provenance check.** Each QA item records where it came from; items whose recorded source does "
+                  "not resolve to the image they are attached to are dropped.",
+    "task_purity": "**Task purity.** Per-source rules (question patterns, source allowlists) keep only the genuine "
+                   "benchmark QA of a family; off-task questions attached to its images are dropped.",
+    "mc_normalise": "**Multiple-choice normalisation.** Where options had been flattened into prose, they are "
+                    "re-rendered as a lettered block and the reference is rewritten to the bare letter, so the task "
+                    "is well posed and the answer is unambiguous.",
+    "dedup_merge": "**Duplicates merged.** The same question asked twice about the same image is kept once; copies "
+                   "with conflicting answers are dropped.",
+}
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def _n(value: int) -> str:
+    return f"{value:,}"
+
+
+def _rate(value: float) -> str:
+    return f"{value:.1%}"
+
+
+def _cell(text: str | None) -> str:
+    if text is None:
+        return "*(none)*"
+    return html.escape(text, quote=False).replace("|", "\\|").replace("\r\n", "\n").replace("\n", "<br>")
+
+
+def _fence(text: str) -> str:
+    runs = [len(m) for m in re.findall(r"`+", text)]
+    return "`" * max(3, max(runs, default=0) + 1)
+
+
+def _details(name: str, text: str | None) -> str:
+    if text is None:
+        return f"<details>\n<summary><code>{name}</code> (none: nothing could be extracted)</summary>\n\n</details>"
+    fence = _fence(text)
+    return (f"<details>\n<summary><code>{name}</code> ({len(text):,} chars)</summary>\n\n"
+            f"{fence}\n{text}\n{fence}\n\n</details>")
+
+
+def _verifier_names(stats: dict[str, Any]) -> dict[str, list[str]]:
+    used: dict[str, list[str]] = {}
+    for family, fam in stats["families"].items():
+        used.setdefault(fam["verifier"], []).append(family)
+    return dict(sorted(used.items()))
+
+
+def configs_of(stats: dict[str, Any]) -> list[str]:
+    """Every config with rows (an empty one is not written: `datasets` cannot load a split without rows)."""
+    return [fam["splits"][kind]["config"] for fam in stats["families"].values() for kind in SPLIT_KINDS
+            if fam["splits"][kind]["rows"]]
+
+
+# ------------------------------------------------------------------------------------------------ sections
+
+
+def yaml_header(stats: dict[str, Any]) -> str:
+    card = stats["card"]
+    data = {
+        "license": card["license"],
+        "task_categories": card["task_categories"],
+        "language": card["language"],
+        "tags": ["rsgen", "rejection-sampling", "vision-language", "synthetic"],
+        "configs": [
+            {"config_name": config, "data_files": [{"split": "train", "path": config_glob(config)}]}
+            for config in configs_of(stats)
+        ],
+        "dataset_info": dataset_infos(stats),
+    }
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000).strip()
+
+
+def dataset_infos(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """`dataset_info` entries as `push_to_hub` writes them: features and sizes per config, so the Hub viewer
+    and `datasets` know the schema without reading a shard. (The sizes also make the cache key of a local
+    `load_dataset(dir, config)` change when the content does: `datasets` 5.2 keys it on the card's YAML only.)"""
+    from datasets import DatasetInfo, SplitDict, SplitInfo
+
+    infos = []
+    for fam in stats["families"].values():
+        for kind in SPLIT_KINDS:
+            split = fam["splits"][kind]
+            if not split["rows"]:
+                continue
+            splits = SplitDict()
+            splits.add(SplitInfo(name="train", num_bytes=split["num_bytes"], num_examples=split["rows"]))
+            info = DatasetInfo(features=config_features(kind), splits=splits, download_size=split["download_size"],
+                               dataset_size=split["num_bytes"], config_name=split["config"])
+            entry = info._to_yaml_dict()
+            infos.append({"config_name": entry.pop("config_name"), **entry})
+    return infos
+
+
+def title(stats: dict[str, Any]) -> str:
+    hub_id = stats["card"].get("hub_dataset_id")
+    if hub_id:
+        return hub_id.split("/")[-1]
+    return " · ".join(stats["families"]) + " — rejection-sampled"
+
+
+def demo_banner(stats: dict[str, Any]) -> str:
+    if not stats["card"].get("demo"):
+        return ""
+    return (
+        "\n> **This is a demo dataset.** It was made by `rsgen demo` from a procedurally drawn pool with the tiny "
+        "model that ships with rsgen. Its numbers show the pipeline at work, not the quality of a real model; do "
+        "not train on it.\n"
+    )
+
+
+def pool_description(stats: dict[str, Any]) -> str:
+    parts = []
+    for src in stats["sources"]:
+        where = f"`{src['dataset']}`" + (f" (config `{src['config']}`)" if src.get("config") else "")
+        parts.append(f"{where} ({src['split']} split)")
+    return "; ".join(parts) or "the pool"
+
+
+def overview_table(stats: dict[str, Any]) -> str:
+    rows = ["| family | verifier | QA pairs | accepted | rejected | accept rate | judge promotions |",
+            "|---|---|---|---|---|---|---|"]
+    for family, fam in stats["families"].items():
+        promoted = _n(fam["judge"]["promoted"]) if fam["judge"]["enabled"] else "judge off"
+        rows.append(f"| {family} | `{fam['verifier']}` | {_n(fam['prepared_qa'])} | {_n(fam['accepted_qa'])} | "
+                    f"{_n(fam['rejected_qa'])} | **{_rate(fam['accept_rate'])}** | {promoted} |")
+    t = stats["totals"]
+    rows.append(f"| **all** | | {_n(t['prepared_qa'])} | {_n(t['accepted_qa'])} | {_n(t['rejected_qa'])} | "
+                f"**{_rate(t['accept_rate'])}** | |")
+    return "\n".join(rows)
+
+
+def family_table(family: str, fam: dict[str, Any]) -> str:
+    splits = fam["splits"]
+    head = "| | " + " | ".join(f"`{splits[k]['config']}`" for k in SPLIT_KINDS) + " |"
+    sep = "|---" * (len(SPLIT_KINDS) + 1) + "|"
+    lines = [f"### {family}", "", head, sep]
+    lines.append("| rows | " + " | ".join(_n(splits[k]["rows"]) for k in SPLIT_KINDS) + " |")
+    lines.append("| QA pairs | " + " | ".join(_n(splits[k]["qa_pairs"]) for k in SPLIT_KINDS) + " |")
+    lines.append("| shards | " + " | ".join(_n(splits[k]["shards"]) for k in SPLIT_KINDS) + " |")
+    lines += [
+        "",
+        "| | |",
+        "|---|---|",
+        f"| accepted / rejected (whole family) | {_n(fam['accepted_qa'])} / {_n(fam['rejected_qa'])} |",
+        f"| accept rate | **{_rate(fam['accept_rate'])}** |",
+        f"| verifier | `{fam['verifier']}` |",
+    ]
+    reasons = fam["rejected_reasons"]
+    if reasons:
+        lines.append("| rejected by reason | " + ", ".join(f"`{r}` {_n(c)}" for r, c in reasons.items()) + " |")
+    skipped = splits["dpo"].get("skipped") or {}
+    if any(skipped.values()):
+        lines.append("| rejected pairs without a DPO pair | "
+                     + ", ".join(f"{why} {_n(c)}" for why, c in skipped.items() if c) + " |")
+    empty = [f"`{splits[k]['config']}`" for k in SPLIT_KINDS if not splits[k]["rows"]]
+    if empty:
+        lines += ["", f"{', '.join(empty)}: no rows, so not written (and not listed in the configs)."]
+    lines.append("")
+    lines.append("In `sft` a row is one conversation per image and *QA pairs* counts its assistant turns; in `dpo` "
+                 "a row is one preference pair.")
+    return "\n".join(lines)
+
+
+def production(stats: dict[str, Any]) -> str:
+    gen = stats["generation"]
+    reasoning = "enabled" if gen["enable_thinking"] else "disabled"
+    temperature = "temperature 0 (greedy)" if gen["temperature"] == 0 else f"temperature {gen['temperature']}"
+    model = f"`{stats['model']}`" + (f" (revision `{stats['model_revision']}`)" if stats.get("model_revision") else "")
+    kwargs = json.dumps(gen["chat_template_kwargs"], sort_keys=True)
+    samples = ""
+    if gen["num_samples"] > 1:
+        samples = (f" Each question was sampled {gen['num_samples']} times (top-p {gen['top_p']}); a QA pair is "
+                   "accepted when any sample is, and keeps the first accepted response; a rejected pair shows "
+                   "sample 0.")
+    text = [
+        f"The VLM {model} answers every question at {temperature} with reasoning {reasoning} (chat template "
+        f"arguments `{kwargs}`), generating at most {_n(gen['max_new_tokens'])} new tokens.{samples} Its answer is "
+        "compared with the official ground truth by the verifier described below; matches go to "
+        "`{Family}_RS_think` and `{Family}_RS_nothink`, non-matches go to `{Family}_rejected` with the ground "
+        "truth preserved.",
+        "",
+        "The `question` field is **byte-identical to the prompt the model actually received**, including the "
+        f"appended instruction (`{gen['instruction']}`), so the stored training text and the inference-time input "
+        "cannot drift apart.",
+        "",
+        "| family | responses | prompt tokens | generated tokens | stopped at the token limit | judge tokens |",
+        "|---|---|---|---|---|---|",
+    ]
+    for family, fam in stats["families"].items():
+        tok = fam["tokens"]
+        text.append(f"| {family} | {_n(tok['samples'])} | {_n(tok['prompt'])} | {_n(tok['generated'])} | "
+                    f"{_n(tok['hit_limit'])} | {_n(tok['judge_generated'])} |")
+    wall = stats["wall_time"]
+    if wall.get("stages_seconds"):
+        stages = ", ".join(f"{name} {secs:,.0f} s" for name, secs in wall["stages_seconds"].items())
+        text += ["", f"Wall time as recorded in `run.json`: {stages} (total {wall['total_seconds']:,.0f} s)."]
+    return "\n".join(text)
+
+
+def matching(stats: dict[str, Any]) -> str:
+    text = [
+        "Before any comparison the final answer is extracted from the raw response: reasoning inside "
+        "`<think>…</think>` is removed (only what follows the last closing tag counts, and reasoning that never "
+        "closes means there is no answer); then the answer is the content of `<answer>…</answer>`, else the last "
+        "`\\boxed{…}`, else what follows an explicit final-answer phrase (\"The answer is …\", \"Answer: …\"), "
+        "else the whole remaining text. A response with nothing extractable — typically reasoning cut off at the "
+        "token limit — is rejected with reason `no_answer`.",
+    ]
+    params = stats["verify"]
+    for name, families in _verifier_names(stats).items():
+        label, body = VERIFIER_TEXT.get(name, (name, "A custom verifier registered under this name."))
+        text += ["", f"### `{name}` — {label}", "", f"Used for: {', '.join(families)}.", "", body.format(**params)]
+    return "\n".join(text)
+
+
+def judge_section(stats: dict[str, Any]) -> str:
+    if not stats["judge_enabled"]:
+        return ("The model-as-judge pass was **disabled** for this run (`judge: false`): the verifier's decision is "
+                "final, and every rejected pair keeps the verifier's reason.")
+    calib = stats.get("calibration")
+    calibration = (
+        f"Calibration: run over items the string verifier had already accepted, the judge agreed on "
+        f"{_n(calib['agreed'])}/{_n(calib['total'])}."
+        if calib else "Calibration: no verifier-accepted items were available to calibrate the judge on."
+    )
+    lines = [
+        "String verifiers cannot judge free-form answers at all, and they under-credit answers that are correct "
+        f"but differently phrased. Every item the verifier rejected that has an extractable answer is therefore "
+        f"re-examined by `{stats['judge_model']}` in a text-only pass that sees the question, the reference and "
+        "the candidate — no image, no re-generation, it only grades text that was already produced.",
+        "",
+        "The judge is instructed to compare against the reference and **never to solve the question itself**, so "
+        "an answer is not promoted merely because the model believes it is true. It answers `CORRECT`, `WRONG`, "
+        "or `UNSURE`; numbers must agree, and `UNSURE` is reserved for references that are themselves unusable or "
+        "ambiguous. A reply that is not exactly one verdict word counts as `UNSURE`. **`UNSURE` is never counted "
+        "as correct** — only a `CORRECT` verdict moves a pair into the accepted splits. `WRONG` and `UNSURE` both "
+        "remain in the rejected split (reasons `wrong_answer` and `judge_unsure`), so an unresolved case is never "
+        "silently promoted to a pass.",
+        "",
+        calibration,
+        "",
+        "| family | judged | promoted (`CORRECT`) | `WRONG` | `UNSURE` | calibration agreed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for family, fam in stats["families"].items():
+        j, c = fam["judge"], fam["calibration"]
+        agreed = f"{_n(c['agreed'])}/{_n(c['total'])}" if c else "–"
+        lines.append(f"| {family} | {_n(j['judged'])} | {_n(j['promoted'])} | {_n(j['wrong'])} | "
+                     f"{_n(j['unsure'])} | {agreed} |")
+    return "\n".join(lines)
+
+
+def schema_section(stats: dict[str, Any]) -> str:
+    keep = stats["card"]["sft_keep_reasoning"]
+    return "\n".join([
+        "The three rejection-sampling configs hold one row per image:",
+        "",
+        "- `image` — HF `Image()` — renders directly in the dataset viewer (bytes embedded)",
+        "- `image_sha256` — content hash of the image bytes as stored",
+        "- `qa` — the QA pairs of this image that belong to the config:",
+        "  - `{Family}_rejected`: list of {`question`, `answer`, `wrong_vlm`, `reason`}",
+        "  - `{Family}_RS_think`: list of {`question`, `answer`, `response`}",
+        "  - `{Family}_RS_nothink`: list of {`question`, `answer`}",
+        "- `clean_meta` — per-row provenance (`source_dataset`, `source_config`, `source_split`, `source_row_ids`, "
+        "`family`), the cleaning policy and steps that admitted it (`policy_version`, `steps`), the `model` and "
+        "the `verifier`",
+        "",
+        "`answer` is always the official ground truth. `response` is the model's full output, reasoning included. "
+        "`wrong_vlm` is the final answer extracted from the model's response (null when nothing could be "
+        "extracted). `reason` is `wrong_answer` (the verifier and the judge said wrong), `judge_unsure`, "
+        "`no_answer` (nothing extractable, e.g. reasoning cut off at the token limit), or — when the judge is off — "
+        "the verifier's own reason (`mc_ambiguous`, `mc_no_letter`, `math_timeout`, …).",
+        "",
+        "The TRL views:",
+        "",
+        "- `{Family}_sft` — `messages`: one conversation per image, one user/assistant turn per accepted QA pair; "
+        "the first user turn is `[{\"type\": \"image\"}, {\"type\": \"text\", \"text\": question}]`, later ones "
+        "text only; the assistant text is "
+        + ("the model's full response, reasoning included" if keep else "the official answer")
+        + "; `images`: a list holding the row's image.",
+        "- `{Family}_dpo` — `prompt`: the user turn (image + question); `chosen`: the official answer; "
+        "`rejected`: the model's extracted answer (`wrong_vlm`); `images`: a list holding the image. One row per "
+        "rejected QA pair with an extractable answer that differs from the official one.",
+    ])
+
+
+def training_section(stats: dict[str, Any]) -> str:
+    repo = stats["card"].get("hub_dataset_id") or "path/to/dataset"
+    # A family that has both views, so the snippet runs as written.
+    families = stats["families"]
+    both = [f for f, fam in families.items() if fam["splits"]["sft"]["rows"] and fam["splits"]["dpo"]["rows"]]
+    family = both[0] if both else next(iter(families), "Family")
+    return f"""The `_sft` and `_dpo` configs are in the formats TRL's trainers take as they are:
+
+```python
+from datasets import load_dataset
+from transformers import AutoModelForImageTextToText, AutoProcessor
+from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
+
+model_id = "Qwen/Qwen2.5-VL-3B-Instruct"  # any image-text-to-text model with a chat template
+processor = AutoProcessor.from_pretrained(model_id)
+
+sft = SFTTrainer(
+    model=AutoModelForImageTextToText.from_pretrained(model_id),
+    args=SFTConfig(output_dir="sft", max_length=None),
+    train_dataset=load_dataset("{repo}", "{family}_sft", split="train"),
+    processing_class=processor,
+)
+sft.train()
+
+dpo = DPOTrainer(
+    model=AutoModelForImageTextToText.from_pretrained(model_id),
+    args=DPOConfig(output_dir="dpo", max_length=None),
+    train_dataset=load_dataset("{repo}", "{family}_dpo", split="train"),
+    processing_class=processor,
+)
+dpo.train()
+```"""
+
+
+def _image_extension(data: bytes) -> str:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as img:
+        fmt = (img.format or "png").lower()
+    return {"jpeg": "jpg"}.get(fmt, fmt)
+
+
+def read_example_rows(dataset_dir: Path, config: str, count: int) -> list[dict[str, Any]]:
+    """The first `count` rows of a config, read from its shards in order."""
+    rows: list[dict[str, Any]] = []
+    for path in sorted((dataset_dir / "data" / config).glob("train-*.parquet")):
+        if len(rows) >= count:
+            break
+        table = pq.read_table(path, columns=["image", "qa"])
+        rows.extend(table.slice(0, count - len(rows)).to_pylist())
+    return rows
+
+
+def examples_section(stats: dict[str, Any], dataset_dir: Path) -> str:
+    count = stats["card"]["num_card_examples"]
+    assets = dataset_dir / "assets"
+    out = []
+    for family, fam in stats["families"].items():
+        config = fam["splits"]["rejected"]["config"]
+        out.append(f"### {family} (`{config}`)")
+        rows = read_example_rows(dataset_dir, config, count)
+        if not rows:
+            out += ["", "The model answered every question of this family correctly: the rejected split is empty.", ""]
+            continue
+        for i, row in enumerate(rows, start=1):
+            data = row["image"]["bytes"]
+            name = f"{config}_example_{i}.{_image_extension(data)}"
+            (assets / name).write_bytes(data)
+            qa = row["qa"][0]
+            out += ["", f"#### Example {i}", "", f"![](assets/{name})", "", "| field | value |", "|---|---|"]
+            details = []
+            for key in ("question", "answer", "reason"):
+                value = qa[key]
+                if value is not None and len(value) > LONG_FIELD_CHARS:
+                    out.append(f"| `{key}` | *({len(value):,} chars, below)* |")
+                    details.append(_details(key, value))
+                else:
+                    out.append(f"| `{key}` | {_cell(value)} |")
+            if len(row["qa"]) > 1:
+                out.append(f"| other QA pairs of this image in the split | {len(row['qa']) - 1} |")
+            out += ["", *details, _details("wrong_vlm", qa["wrong_vlm"]), ""]
+    return "\n".join(out).rstrip()
+
+
+def _step_text(label: str, policy_steps: dict[str, Any]) -> str:
+    name = label.split("@")[0]
+    if name in STEP_TEXT:
+        return STEP_TEXT[name]
+    does = (policy_steps.get(name) or {}).get("does")
+    return f"**{name}.** {does[0].upper() + does[1:]}." if does else f"**{name}.**"
+
+
+def _by_reason(counts: dict[str, int], group: str) -> str:
+    items = [(k[len(group) + 1:], v) for k, v in counts.items() if k.startswith(group + ".") and v]
+    return ", ".join(f"`{reason}` {_n(n)}" for reason, n in items)
+
+
+def _report_line(counts: dict[str, int]) -> str:
+    """One family's (or the pool's) prepare counts: QA pairs read, kept, dropped and merged, by reason."""
+    if "input_qa_pairs" not in counts:  # a report in another shape: list what it counts
+        return ", ".join(f"`{k}` {_n(v)}" for k, v in counts.items())
+    parts = [f"{_n(counts['input_qa_pairs'])} QA pairs read, {_n(counts.get('kept_qa_pairs', 0))} kept"]
+    for group in ("dropped", "merged"):
+        total = counts.get(f"{group}_qa_pairs", 0)
+        detail = _by_reason(counts, group)
+        parts.append(f"{_n(total)} {group}" + (f" ({detail})" if detail else ""))
+    converted = _by_reason(counts, "converted")
+    if converted:
+        parts.append(f"converted: {converted}")
+    images = _by_reason(counts, "images.dropped")
+    if images:
+        parts.append(f"images dropped: {images}")
+    return "; ".join(parts)
+
+
+def cleaning_section(stats: dict[str, Any]) -> str:
+    policy = stats.get("cleaning_policy") or {}
+    policy_steps = policy.get("steps") or {}
+    version = f" (policy `{policy['policy_version']}`)" if policy.get("policy_version") else ""
+    lines = [
+        f"Each cleaning step is named and versioned{version}; `clean_meta.steps` records the steps that admitted "
+        "or changed a row. Steps recorded on the rows of this dataset, with the number of rows (images) per family:",
+        "",
+    ]
+    steps: dict[str, dict[str, int]] = {}
+    for family, fam in stats["families"].items():
+        for step, rows in fam["cleaning"]["steps"].items():
+            steps.setdefault(step, {})[family] = rows
+    if steps:
+        for step, per_family in sorted(steps.items()):
+            counts = ", ".join(f"{family} {_n(n)}" for family, n in per_family.items())
+            lines.append(f"- {_step_text(step, policy_steps)} (`{step}`: {counts})")
+    else:
+        lines.append("- none: every row was admitted as it came.")
+    per_family = {f: fam["cleaning"]["report"]["family"] for f, fam in stats["families"].items()}
+    pool = next(iter(stats["families"].values()), {}).get("cleaning", {}).get("report", {}).get("pool", {})
+    lines += ["", "What cleaning removed, from `prepared/prepare_report.json`:", ""]
+    for family, counts in per_family.items():
+        if counts:
+            lines.append(f"- **{family}**: {_report_line(counts)}")
+    if pool:
+        lines.append(f"- **whole pool**: {_report_line(pool)}")
+    if not pool and not any(per_family.values()):
+        lines.append("- no prepare report was found.")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ render
+
+
+def render_card_text(stats: dict[str, Any], dataset_dir: Path) -> str:
+    """The card's text; writes the example images and the plot into `dataset_dir/assets/` as it goes."""
+    assets = dataset_dir / "assets"
+    assets.mkdir(parents=True, exist_ok=True)
+    draw_stats_plot(stats, assets / PLOT_NAME)
+    template = Template(TEMPLATE_PATH.read_text(encoding="utf-8"))
+    return template.substitute(
+        yaml_header=yaml_header(stats),
+        title=title(stats),
+        demo_banner=demo_banner(stats),
+        pool_description=pool_description(stats),
+        family_list=", ".join(f"**{f}**" for f in stats["families"]),
+        overview_table=overview_table(stats),
+        family_tables="\n\n".join(family_table(f, fam) for f, fam in stats["families"].items()),
+        plot_name=PLOT_NAME,
+        production=production(stats),
+        matching=matching(stats),
+        judge=judge_section(stats),
+        schema=schema_section(stats),
+        training=training_section(stats),
+        examples=examples_section(stats, dataset_dir),
+        cleaning=cleaning_section(stats),
+    )
+
+
+def write_card(stats: dict[str, Any], dataset_dir: Path) -> Path:
+    import shutil
+
+    shutil.rmtree(dataset_dir / "assets", ignore_errors=True)  # no stale example images from an earlier render
+    path = dataset_dir / "README.md"
+    path.write_text(render_card_text(stats, dataset_dir), encoding="utf-8")
+    return path

@@ -1,0 +1,46 @@
+"""The card's figure, drawn from stats.json only: accept rate per family and the response-length histogram."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+PLOT_NAME = "stats.png"
+
+
+def draw_stats_plot(stats: dict[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers; also keeps the output independent of the backend
+    import matplotlib.pyplot as plt
+
+    families = stats["families"]
+    names = list(families)
+    rates = [100.0 * families[n]["accept_rate"] for n in names]
+    fig, (ax_rate, ax_len) = plt.subplots(1, 2, figsize=(11, 4), dpi=100)
+
+    bars = ax_rate.bar(names, rates, color="#4C72B0")
+    for bar, rate in zip(bars, rates):
+        ax_rate.annotate(f"{rate:.1f}%", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                         ha="center", va="bottom", fontsize=9)
+    ax_rate.set_ylim(0, 110)
+    ax_rate.set_ylabel("accept rate (%)")
+    ax_rate.set_title("Accepted QA pairs per family")
+    ax_rate.tick_params(axis="x", labelrotation=20)
+
+    for name in names:
+        hist = families[name]["response_lengths"]
+        edges, counts = hist["bin_edges"], hist["counts"]
+        ax_len.stairs(counts, edges, label=name, linewidth=1.5)
+    ax_len.set_xlabel(f"response length ({families[names[0]]['response_lengths']['unit']})" if names else "")
+    ax_len.set_ylabel("responses")
+    ax_len.set_title("Response lengths")
+    if names:
+        ax_len.legend(fontsize=8)
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # No metadata: the PNG must be the same bytes on every render of the same stats.
+    fig.savefig(path, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return path

@@ -1,0 +1,189 @@
+"""Routing: every prepared QA pair goes to exactly one side, accepted (RS_think / RS_nothink) or rejected.
+
+The rules are the ones in CONTRACTS.md and `rsgen.judge.routing.route` (the single place they are coded):
+a sample is accepted when the verifier matched it or the judge said CORRECT; UNSURE never counts. With
+`num_samples > 1` a pair is accepted when any of its samples is (the first accepted sample's response is kept),
+and a rejected pair is described by sample 0 (its extracted answer and its reason).
+
+Nothing is dropped here: a QA pair without generate records, or whose stored question differs from the text
+the model received, is an error that names the pair, because emitting around it would break
+accepted + rejected = prepared.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsgen.config import RecipeError
+from rsgen.judge.routing import CALIBRATION_PREFIX, needs_judging, route
+from rsgen.store import CheckpointStore
+
+# Generate-record fields emit keeps in memory (the rest of a record is not needed).
+_KEPT_FIELDS = ("id", "sample", "question", "response", "extracted", "match", "reason", "verifier",
+                "prompt_tokens", "generated_tokens", "hit_limit")
+
+
+class EmitError(RecipeError):
+    """The work on disk cannot be emitted as it is; the message says what is missing and how to fix it.
+    (A RecipeError, so the command line prints it as a one-line error.)"""
+
+
+@dataclass(frozen=True)
+class PairOutcome:
+    """Where one QA pair goes, with what the splits need from the model's work."""
+
+    qa_id: str
+    accepted: bool
+    via: str  # "verifier" | "judge" when accepted, "rejected" otherwise
+    response: str | None  # the accepted sample's full output (reasoning included)
+    wrong_vlm: str | None  # rejected: sample 0's extracted final answer (None when there was none)
+    reason: str | None  # rejected: wrong_answer | judge_unsure | no_answer | the verifier's reason
+
+
+@dataclass
+class WorkRecords:
+    """The generate and judge work of one output directory, indexed for routing."""
+
+    samples: dict[str, list[dict[str, Any]]]  # QA id -> generate records ordered by sample
+    judge: dict[str, dict[str, Any]]  # judge key (= generate key) -> record, rejected pairs only
+    calibration: dict[str, dict[str, Any]]  # generate key -> calibration judge record
+    judge_enabled: bool
+    num_samples: int
+
+    @classmethod
+    def load(cls, generate_dir, judge_dir, *, judge_enabled: bool, num_samples: int) -> WorkRecords:
+        samples: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for rec in CheckpointStore(generate_dir).iter_records():
+            kept = {k: rec.get(k) for k in _KEPT_FIELDS}
+            kept["key"] = rec["key"]
+            samples[rec["id"]].append(kept)
+        for recs in samples.values():
+            recs.sort(key=lambda r: (r["sample"] or 0))
+        judge: dict[str, dict[str, Any]] = {}
+        calibration: dict[str, dict[str, Any]] = {}
+        if judge_enabled:
+            for rec in CheckpointStore(judge_dir).iter_records():
+                slim = {k: rec.get(k) for k in ("key", "id", "kind", "verdict", "generated_tokens", "prompt_tokens")}
+                if rec["key"].startswith(CALIBRATION_PREFIX):
+                    calibration[rec["key"][len(CALIBRATION_PREFIX):]] = slim
+                else:
+                    judge[rec["key"]] = slim
+        return cls(dict(samples), judge, calibration, judge_enabled, num_samples)
+
+    def judge_needed(self) -> bool:
+        """Whether any sample is one the judge must grade (verifier rejection with an extractable answer)."""
+        return any(needs_judging(rec) for recs in self.samples.values() for rec in recs)
+
+
+def route_pair(qa: dict[str, Any], work: WorkRecords) -> PairOutcome:
+    qa_id = qa["id"]
+    samples = work.samples.get(qa_id)
+    if not samples:
+        raise EmitError(
+            f"QA pair {qa_id!r} has no generate record: the generate stage did not finish; "
+            "run `rsgen generate` (or `rsgen run`) with the same recipe first"
+        )
+    if len(samples) != work.num_samples:
+        raise EmitError(
+            f"QA pair {qa_id!r} has {len(samples)} generate sample(s), the recipe asks for num_samples="
+            f"{work.num_samples}; finish the generate stage first"
+        )
+    for rec in samples:
+        if rec["question"] != qa["question"]:
+            raise EmitError(
+                f"QA pair {qa_id!r}: the prepared question differs from the text the model received "
+                f"(prepared {qa['question']!r}, generate record {rec['key']!r} has {rec['question']!r}); "
+                "the work files belong to another prepared pool"
+            )
+    decisions = [route(rec, work.judge.get(rec["key"]), work.judge_enabled) for rec in samples]
+    for rec, (accepted, _reason) in zip(samples, decisions):
+        if accepted:
+            via = "verifier" if rec["match"] else "judge"
+            return PairOutcome(qa_id, True, via, rec["response"], None, None)
+    first = samples[0]
+    reason = decisions[0][1] or "wrong_answer"
+    wrong = first["extracted"] if reason != "no_answer" else None
+    return PairOutcome(qa_id, False, "rejected", None, wrong, reason)
+
+
+@dataclass
+class FamilyRouting:
+    """Per-family tallies gathered while routing (the numbers stats.json reports)."""
+
+    prepared_rows: int = 0
+    prepared_qa: int = 0
+    accepted_qa: int = 0
+    verifier_accepted_qa: int = 0
+    judge_promoted_qa: int = 0
+    rejected_qa: int = 0
+    rejected_reasons: Counter = field(default_factory=Counter)
+    judge_verdicts: Counter = field(default_factory=Counter)  # over judged samples
+    judge_generated_tokens: int = 0
+    calibration_agreed: int = 0
+    calibration_total: int = 0
+    samples: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    hit_limit: int = 0
+    response_tokens: list[int] = field(default_factory=list)  # generated tokens per sample (histogram)
+    verifiers: Counter = field(default_factory=Counter)  # verifier names recorded in the generate records
+    cleaning_steps: Counter = field(default_factory=Counter)  # rows per clean_meta step
+
+
+def tally_row(tally: FamilyRouting, qas: Iterable[dict[str, Any]], outcomes: list[PairOutcome],
+              steps: Iterable[str], work: WorkRecords) -> None:
+    tally.prepared_rows += 1
+    tally.cleaning_steps.update(set(steps))
+    for qa, outcome in zip(qas, outcomes):
+        tally.prepared_qa += 1
+        if outcome.accepted:
+            tally.accepted_qa += 1
+            if outcome.via == "verifier":
+                tally.verifier_accepted_qa += 1
+            else:
+                tally.judge_promoted_qa += 1
+        else:
+            tally.rejected_qa += 1
+            tally.rejected_reasons[outcome.reason] += 1
+        for rec in work.samples[qa["id"]]:
+            tally.samples += 1
+            tally.prompt_tokens += int(rec["prompt_tokens"] or 0)
+            tally.generated_tokens += int(rec["generated_tokens"] or 0)
+            tally.hit_limit += bool(rec["hit_limit"])
+            tally.response_tokens.append(int(rec["generated_tokens"] or 0))
+            if rec["verifier"]:
+                tally.verifiers[rec["verifier"]] += 1
+            judged = work.judge.get(rec["key"]) if work.judge_enabled and needs_judging(rec) else None
+            if judged is not None:
+                tally.judge_verdicts[judged["verdict"]] += 1
+                tally.judge_generated_tokens += int(judged["generated_tokens"] or 0)
+            calib = work.calibration.get(rec["key"])
+            if calib is not None:
+                tally.calibration_total += 1
+                tally.calibration_agreed += calib["verdict"] == "CORRECT"
+                tally.judge_generated_tokens += int(calib["generated_tokens"] or 0)
+
+
+# ----------------------------------------------------------------------------------------- split rows
+
+
+def emitted_clean_meta(clean_meta: dict[str, Any], model: str, verifier: str) -> dict[str, Any]:
+    return {**clean_meta, "model": model, "verifier": verifier}
+
+
+def split_qa(kind: str, qas: list[dict[str, Any]], outcomes: list[PairOutcome]) -> list[dict[str, Any]]:
+    """The `qa` list of one row for split `kind` (think | nothink | rejected): only the pairs that belong there."""
+    out = []
+    for qa, outcome in zip(qas, outcomes):
+        answer = qa["answers"][0]  # answers[0] is the canonical official answer
+        if kind == "rejected" and not outcome.accepted:
+            out.append({"question": qa["question"], "answer": answer, "wrong_vlm": outcome.wrong_vlm,
+                        "reason": outcome.reason})
+        elif kind == "think" and outcome.accepted:
+            out.append({"question": qa["question"], "answer": answer, "response": outcome.response})
+        elif kind == "nothink" and outcome.accepted:
+            out.append({"question": qa["question"], "answer": answer})
+    return out

@@ -1,0 +1,232 @@
+"""The emit stage: prepared pool + generate/judge work -> OUTPUT_DIR/dataset/, stats.json, the card, a push.
+
+Two passes over the prepared pool. The first routes every QA pair and measures what each config will hold
+(rows, QA pairs, bytes), so shard counts — which the file names carry — are known before writing. The second
+writes each family's five configs, one family at a time (five open writers, whatever the number of families).
+Images pass through as stored (their bytes and sha256 are checked, never re-encoded). The dataset is built in
+`dataset.partial/` and swapped in at the end, so `dataset/` is always a complete emit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+
+from rsgen.config import RecipeConfig
+from rsgen.emit.card import write_card
+from rsgen.emit.shards import ShardedParquetWriter, estimated_bytes, shard_count, written_sizes
+from rsgen.emit.splits import (
+    EmitError,
+    FamilyRouting,
+    PairOutcome,
+    WorkRecords,
+    emitted_clean_meta,
+    route_pair,
+    split_qa,
+    tally_row,
+)
+from rsgen.emit.stats import (
+    RS_KINDS,
+    SPLIT_KINDS,
+    SplitPlan,
+    build_stats,
+    config_features,
+    config_name,
+    family_stats,
+    write_stats,
+)
+from rsgen.emit.trl_views import dpo_rows, sft_row
+from rsgen.layout import OutputLayout
+
+BATCH_ROWS = 64  # prepared rows read per batch (bounded by image bytes, not by the pool)
+_CONFIG_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def _log(message: str) -> None:
+    print(f"[rsgen emit] {message}", flush=True)
+
+
+def config_prefix(family: str) -> str:
+    """The family's name as used in config names and paths (anything but letters, digits, `_.-` becomes `_`)."""
+    prefix = _CONFIG_SAFE.sub("_", family).strip("_")
+    if not prefix:
+        raise EmitError(f"family {family!r} has no usable characters for a config name")
+    return prefix
+
+
+def rows_for_image(image: dict[str, Any], sha: str, qas: list[dict[str, Any]], outcomes: list[PairOutcome],
+                   meta: dict[str, Any], keep_reasoning: bool) -> tuple[dict[str, list[dict]], dict[str, int]]:
+    """Every row one prepared image contributes, per config kind; plus the DPO pairs left out, by why."""
+    out: dict[str, list[dict]] = {kind: [] for kind in SPLIT_KINDS}
+    for kind, split in RS_KINDS.items():
+        qa = split_qa(split, qas, outcomes)
+        if qa:  # an image with no QA pair in a split is not written to it
+            out[kind].append({"image": image, "image_sha256": sha, "qa": qa, "clean_meta": meta})
+    if out["RS_think"]:
+        out["sft"].append(sft_row(image, out["RS_think"][0]["qa"], keep_reasoning))
+    skipped = {}
+    if out["rejected"]:
+        out["dpo"], skipped = dpo_rows(image, out["rejected"][0]["qa"])
+    return out, skipped
+
+
+@dataclass
+class FamilyPlan:
+    family: str
+    prefix: str
+    tally: FamilyRouting = field(default_factory=FamilyRouting)
+    plans: dict[str, SplitPlan] = field(default_factory=dict)
+    row_indices: list[int] = field(default_factory=list)  # positions in the prepared pool
+    outcomes: list[list[PairOutcome]] = field(default_factory=list)  # per row, per QA pair
+
+
+def _prepared_batches(dataset):
+    """(row position, image bytes or None, image byte length, row dict without the image) per prepared row."""
+    position = 0
+    for table in dataset.with_format("arrow").iter(batch_size=BATCH_ROWS):
+        image_bytes = table.column("image").combine_chunks().field("bytes")
+        lengths = pc.binary_length(image_bytes).to_pylist()
+        rest = table.drop_columns(["image"]).to_pylist()
+        for i, row in enumerate(rest):
+            yield position, image_bytes, i, lengths[i], row
+            position += 1
+
+
+def plan_families(prepared, work: WorkRecords, recipe: RecipeConfig) -> tuple[dict[str, FamilyPlan], set[str]]:
+    """Pass 1: route every QA pair and size every config."""
+    families: dict[str, FamilyPlan] = {}
+    seen_ids: set[str] = set()
+    for position, _images, _i, nbytes, row in _prepared_batches(prepared):
+        family = row["family"]
+        if nbytes is None:
+            raise EmitError(f"prepared row {position} (family {family!r}) has no embedded image bytes; "
+                            "re-run `rsgen prepare`")
+        plan = families.get(family)
+        if plan is None:
+            plan = families[family] = FamilyPlan(family, config_prefix(family))
+            plan.plans = {kind: SplitPlan(config_name(plan.prefix, kind)) for kind in SPLIT_KINDS}
+        qas = row["qa"]
+        outcomes = [route_pair(qa, work) for qa in qas]
+        seen_ids.update(qa["id"] for qa in qas)
+        tally_row(plan.tally, qas, outcomes, row["clean_meta"]["steps"] or [], work)
+        plan.row_indices.append(position)
+        plan.outcomes.append(outcomes)
+        meta = emitted_clean_meta(row["clean_meta"], recipe.model_name_or_path, recipe.verifier_for(family))
+        placeholder = {"bytes": b"", "path": None}
+        rows, skipped = rows_for_image(placeholder, row["image_sha256"], qas, outcomes, meta, recipe.sft_keep_reasoning)
+        for kind, kind_rows in rows.items():
+            split = plan.plans[kind]
+            for r in kind_rows:
+                split.rows += 1
+                split.qa_pairs += len(r["qa"]) if "qa" in r else (len(r["messages"]) // 2 if kind == "sft" else 1)
+                split.planned_bytes += nbytes + estimated_bytes(r)
+        for why, n in skipped.items():
+            plan.plans["dpo"].skipped[why] = plan.plans["dpo"].skipped.get(why, 0) + n
+    prefixes: dict[str, str] = {}
+    for plan in families.values():
+        if plan.prefix in prefixes:
+            raise EmitError(f"families {prefixes[plan.prefix]!r} and {plan.family!r} map to the same config name "
+                            f"prefix {plan.prefix!r}; rename one of them in the recipe")
+        prefixes[plan.prefix] = plan.family
+        for split in plan.plans.values():
+            split.shards = shard_count(split.planned_bytes, split.rows, recipe.shard_size_mb)
+    return families, seen_ids
+
+
+def write_family(prepared, plan: FamilyPlan, recipe: RecipeConfig, dataset_dir: Path) -> None:
+    """Pass 2: write the five configs of one family."""
+    writers = {
+        kind: ShardedParquetWriter(dataset_dir, split.config, config_features(kind), split.rows, split.shards)
+        for kind, split in plan.plans.items()
+        if split.rows
+    }
+    verifier = recipe.verifier_for(plan.family)
+    subset = prepared.select(plan.row_indices)
+    for n, (_position, images, i, _nbytes, row) in enumerate(_prepared_batches(subset)):
+        data = images[i].as_py()
+        sha = row["image_sha256"]
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise EmitError(f"prepared image of family {plan.family!r} (row {plan.row_indices[n]}) does not match "
+                            f"its image_sha256 {sha}; the prepared pool is damaged, re-run `rsgen prepare`")
+        image = {"bytes": data, "path": None}
+        meta = emitted_clean_meta(row["clean_meta"], recipe.model_name_or_path, verifier)
+        rows, _ = rows_for_image(image, sha, row["qa"], plan.outcomes[n], meta, recipe.sft_keep_reasoning)
+        for kind, kind_rows in rows.items():
+            for r in kind_rows:
+                writers[kind].add(r)
+    for kind, writer in writers.items():
+        plan.plans[kind].num_bytes, plan.plans[kind].download_size = written_sizes(writer.close())
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def run_emit(recipe: RecipeConfig) -> Path:
+    """Write OUTPUT_DIR/dataset/ (splits, TRL views, card, assets) and OUTPUT_DIR/stats.json; push if asked."""
+    from rsgen.prepare import load_prepared
+
+    layout = OutputLayout(recipe.output_dir)
+    prepared = load_prepared(recipe.output_dir)
+    work = WorkRecords.load(layout.generate_work, layout.judge_work, judge_enabled=recipe.judge,
+                            num_samples=recipe.num_samples)
+    if recipe.judge and work.judge_needed() and not work.judge:
+        raise EmitError("judge: true but there are no judge records in "
+                        f"{str(layout.judge_work)!r}; run `rsgen judge` (or `rsgen run`) first, or set judge: false")
+    families, seen_ids = plan_families(prepared, work, recipe)
+    outside = len(set(work.samples) - seen_ids)
+    if outside:
+        _log(f"{outside} QA ids in the generate work are not in the prepared pool; they are not emitted")
+
+    partial = layout.root / "dataset.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for family in sorted(families):
+        plan = families[family]
+        write_family(prepared, plan, recipe, partial)
+        _log(f"{family}: {plan.tally.accepted_qa} accepted / {plan.tally.rejected_qa} rejected QA pairs written")
+    report = _read_json(layout.prepare_report)
+    stats_families = {
+        plan.family: family_stats(plan.family, plan.tally, plan.plans, recipe.verifier_for(plan.family), recipe.judge,
+                                  report, recipe.max_new_tokens)
+        for plan in families.values()
+    }
+    stats = build_stats(recipe, stats_families, _read_json(layout.run_json), report, outside)
+
+    write_card(stats, partial)
+    if layout.dataset.exists():
+        old = layout.root / "dataset.old"
+        shutil.rmtree(old, ignore_errors=True)
+        layout.dataset.rename(old)
+        partial.rename(layout.dataset)
+        shutil.rmtree(old)
+    else:
+        partial.rename(layout.dataset)
+    write_stats(layout.stats_json, stats)
+    written = sum(1 for plan in families.values() for split in plan.plans.values() if split.rows)
+    _log(f"dataset written to {layout.dataset} ({written} configs); stats in {layout.stats_json}")
+
+    if recipe.push_to_hub:
+        from rsgen.emit.push import push_dataset
+
+        url = push_dataset(recipe)
+        _log(f"pushed to {url}")
+    return layout.dataset
+
+
+def render_card(output_dir) -> Path:
+    """Re-render OUTPUT_DIR/dataset/README.md (and its assets) from stats.json and the written shards."""
+    layout = OutputLayout(output_dir)
+    stats = _read_json(layout.stats_json)
+    if stats is None:
+        raise EmitError(f"{str(layout.stats_json)!r} does not exist; run `rsgen emit` first")
+    if not layout.dataset.is_dir():
+        raise EmitError(f"{str(layout.dataset)!r} does not exist; run `rsgen emit` first")
+    return write_card(stats, layout.dataset)

@@ -1,0 +1,232 @@
+"""stats.json: every number the dataset card shows, per family, plus the run-level facts the card states.
+
+The card is rendered from this file only (with the dataset files for the examples), so `rsgen card` can rebuild
+it from disk. Nothing here reads a clock: times come from run.json, so emitting twice writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from datasets import Features
+
+from rsgen.config import RecipeConfig
+from rsgen.emit.splits import FamilyRouting
+from rsgen.emit.trl_views import DPO_FEATURES, SFT_FEATURES
+from rsgen.schema import split_features
+
+SPLIT_KINDS = ("RS_think", "RS_nothink", "rejected", "sft", "dpo")
+HISTOGRAM_BINS = 20
+STATS_VERSION = 1
+
+
+@dataclass
+class SplitPlan:
+    """What one config will hold, known before it is written (the shard count depends on it)."""
+
+    config: str
+    rows: int = 0
+    qa_pairs: int = 0  # QA pairs (RS splits), assistant turns (sft), preference pairs (dpo)
+    planned_bytes: int = 0
+    shards: int = 0
+    num_bytes: int = 0  # written: uncompressed bytes of the rows (parquet metadata), as `datasets` reports
+    download_size: int = 0  # written: bytes of the parquet files
+    skipped: dict[str, int] = field(default_factory=dict)  # dpo: rejected pairs without a usable pair, by why
+
+
+RS_KINDS = {"RS_think": "think", "RS_nothink": "nothink", "rejected": "rejected"}
+
+
+def config_features(kind: str) -> Features:
+    """Features of a config kind (RS_think | RS_nothink | rejected | sft | dpo)."""
+    if kind in RS_KINDS:
+        return split_features(RS_KINDS[kind])
+    if kind == "sft":
+        return SFT_FEATURES
+    if kind == "dpo":
+        return DPO_FEATURES
+    raise ValueError(f"unknown config kind {kind!r}")
+
+
+def config_name(family: str, kind: str) -> str:
+    return f"{family}_{kind}"
+
+
+def response_length_histogram(lengths: list[int], max_new_tokens: int) -> dict[str, Any]:
+    """Counts of generated tokens per response in HISTOGRAM_BINS equal integer bins over [0, top]."""
+    top = max([max_new_tokens, *lengths]) if lengths else max_new_tokens
+    width = max(1, -(-top // HISTOGRAM_BINS))
+    edges = [i * width for i in range(HISTOGRAM_BINS + 1)]
+    counts = [0] * HISTOGRAM_BINS
+    for n in lengths:
+        counts[min(HISTOGRAM_BINS - 1, n // width)] += 1
+    return {"unit": "generated tokens", "bin_edges": edges, "counts": counts}
+
+
+def _flatten_counts(node: Any, prefix: str = "") -> dict[str, int]:
+    out: dict[str, int] = {}
+    if isinstance(node, dict):
+        for key in sorted(node):
+            out.update(_flatten_counts(node[key], f"{prefix}{key}."))
+    elif isinstance(node, int) and not isinstance(node, bool):
+        out[prefix[:-1]] = node
+    return out
+
+
+NOT_COUNTS = ("families", "sources", "steps", "shards")  # report entries that are not pool-wide counts
+
+
+def cleaning_counts(report: dict[str, Any] | None, family: str) -> dict[str, dict[str, int]]:
+    """Counts of prepare_report.json, flattened to dotted keys: this family's own section (QA pairs read, kept,
+    dropped and merged, by reason) and the pool-wide counts (the same totals, plus images checked/dropped)."""
+    if not report:
+        return {"family": {}, "pool": {}}
+    own = (report.get("families") or {}).get(family)
+    pool = _flatten_counts({k: v for k, v in report.items() if k not in NOT_COUNTS})
+    return {"family": _flatten_counts(own) if isinstance(own, dict) else {}, "pool": pool}
+
+
+def cleaning_policy(report: dict[str, Any] | None) -> dict[str, Any]:
+    """The policy version and the named, versioned steps (with what each does) as prepare recorded them."""
+    report = report or {}
+    steps = report.get("steps") if isinstance(report.get("steps"), dict) else {}
+    return {"policy_version": report.get("policy_version"), "steps": steps}
+
+
+def _parse_time(text: str | None) -> _dt.datetime | None:
+    if not text:
+        return None
+    try:
+        return _dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def stage_wall_times(run: dict[str, Any] | None) -> dict[str, Any]:
+    """Seconds per finished stage as run.json records them (the last invocation of each stage)."""
+    stages = {}
+    for name in ("prepare", "generate", "judge"):
+        entry = ((run or {}).get("stages") or {}).get(name) or {}
+        start, end = _parse_time(entry.get("started_at")), _parse_time(entry.get("finished_at"))
+        if start and end:
+            stages[name] = round((end - start).total_seconds(), 1)
+    return {
+        "stages_seconds": stages,
+        "total_seconds": round(sum(stages.values()), 1) if stages else None,
+        "started_at": (run or {}).get("started_at"),
+    }
+
+
+def family_stats(family: str, tally: FamilyRouting, plans: dict[str, SplitPlan], verifier: str,
+                 judge_enabled: bool, report: dict[str, Any] | None, max_new_tokens: int) -> dict[str, Any]:
+    return {
+        "verifier": verifier,
+        "prepared_rows": tally.prepared_rows,
+        "prepared_qa": tally.prepared_qa,
+        "accepted_qa": tally.accepted_qa,
+        "rejected_qa": tally.rejected_qa,
+        "accept_rate": round(tally.accepted_qa / tally.prepared_qa, 6) if tally.prepared_qa else 0.0,
+        "verifier_accepted_qa": tally.verifier_accepted_qa,
+        "rejected_reasons": dict(sorted(tally.rejected_reasons.items())),
+        "splits": {
+            kind: {
+                "config": plan.config,
+                "rows": plan.rows,
+                "qa_pairs": plan.qa_pairs,
+                "shards": plan.shards,
+                "num_bytes": plan.num_bytes,
+                "download_size": plan.download_size,
+                **({"skipped": dict(sorted(plan.skipped.items()))} if plan.skipped else {}),
+            }
+            for kind, plan in plans.items()
+        },
+        "judge": {
+            "enabled": judge_enabled,
+            "judged": sum(tally.judge_verdicts.values()),
+            "promoted": tally.judge_promoted_qa,
+            "correct": tally.judge_verdicts.get("CORRECT", 0),
+            "wrong": tally.judge_verdicts.get("WRONG", 0),
+            "unsure": tally.judge_verdicts.get("UNSURE", 0),
+        },
+        "calibration": (
+            {"agreed": tally.calibration_agreed, "total": tally.calibration_total}
+            if judge_enabled and tally.calibration_total
+            else None
+        ),
+        "cleaning": {
+            "steps": dict(sorted(tally.cleaning_steps.items())),
+            "report": cleaning_counts(report, family),
+        },
+        "tokens": {
+            "samples": tally.samples,
+            "prompt": tally.prompt_tokens,
+            "generated": tally.generated_tokens,
+            "judge_generated": tally.judge_generated_tokens,
+            "hit_limit": tally.hit_limit,
+        },
+        "response_lengths": response_length_histogram(tally.response_tokens, max_new_tokens),
+    }
+
+
+def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: dict[str, Any] | None,
+                report: dict[str, Any] | None, work_records_outside_pool: int) -> dict[str, Any]:
+    accepted = sum(f["accepted_qa"] for f in families.values())
+    rejected = sum(f["rejected_qa"] for f in families.values())
+    calib = [f["calibration"] for f in families.values() if f["calibration"]]
+    revision = (run or {}).get("model_revision") or recipe.model_revision
+    return {
+        "stats_version": STATS_VERSION,
+        "model": recipe.model_name_or_path,
+        "model_revision": revision,
+        "judge_model": recipe.judge_model_name_or_path or recipe.model_name_or_path,
+        "generation": {
+            "temperature": recipe.temperature,
+            "top_p": recipe.top_p,
+            "enable_thinking": recipe.enable_thinking,
+            "chat_template_kwargs": recipe.generation_chat_template_kwargs(),
+            "max_new_tokens": recipe.max_new_tokens,
+            "num_samples": recipe.num_samples,
+            "instruction": recipe.instruction,
+        },
+        "verify": {
+            "numeric_tolerance": recipe.numeric_tolerance,
+            "math_timeout_seconds": recipe.math_timeout_seconds,
+        },
+        "judge_enabled": recipe.judge,
+        "calibration": (
+            {"agreed": sum(c["agreed"] for c in calib), "total": sum(c["total"] for c in calib)} if calib else None
+        ),
+        "totals": {
+            "prepared_qa": accepted + rejected,
+            "accepted_qa": accepted,
+            "rejected_qa": rejected,
+            "accept_rate": round(accepted / (accepted + rejected), 6) if accepted + rejected else 0.0,
+            "generated_tokens": sum(f["tokens"]["generated"] for f in families.values()),
+            "judge_generated_tokens": sum(f["tokens"]["judge_generated"] for f in families.values()),
+        },
+        "work_records_outside_pool": work_records_outside_pool,
+        "cleaning_policy": cleaning_policy(report),
+        "wall_time": stage_wall_times(run),
+        "sources": [
+            {"dataset": s.dataset_name or ", ".join(s.data_files or []) or s.data_dir, "config": s.dataset_config,
+             "split": s.split, "family": s.family or f"column {s.family_column}"}
+            for s in recipe.sources
+        ],
+        "card": {
+            "license": recipe.license,
+            "task_categories": list(recipe.task_categories),
+            "language": list(recipe.language),
+            "demo": recipe.demo,
+            "hub_dataset_id": recipe.hub_dataset_id,
+            "num_card_examples": recipe.num_card_examples,
+            "sft_keep_reasoning": recipe.sft_keep_reasoning,
+        },
+        "families": {name: families[name] for name in sorted(families)},
+    }
+
+
+def write_stats(path, stats: dict[str, Any]) -> None:
+    path.write_text(json.dumps(stats, indent=2, sort_keys=False, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -1,0 +1,152 @@
+"""Image checks and conversion, run in worker processes: decode fully, validate, convert to RGB, hash.
+
+This module imports only the standard library, numpy and Pillow, so spawned workers start fast. A worker sends
+back bytes only when the main process does not already have them (a converted image, or one read from a path);
+the main process appends kept images to one pack file (`ImagePack`): one file instead of one per image, because
+creating many small files is what costs most on ordinary disks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import warnings
+from dataclasses import dataclass
+
+from PIL import Image, ImageFile
+
+ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file is bad input, not an image with a grey bottom
+
+
+@dataclass(frozen=True)
+class ImageJob:
+    kind: str  # "bytes" | "path"
+    payload: bytes | str
+    raw_sha: str | None  # sha256 of the payload bytes when the main process already computed it
+    max_pixels: int
+    max_aspect_ratio: float
+
+
+@dataclass(frozen=True)
+class ImageResult:
+    reason: str | None  # drop reason, None when the image is usable
+    sha256: str | None = None  # of the bytes to store
+    raw_sha256: str | None = None  # of the bytes as found in the source
+    conversion: str | None = None  # e.g. "image_mode_RGBA_to_RGB"
+    width: int = 0
+    height: int = 0
+    data: bytes | None = None  # the bytes to store, when they are not the job's own payload bytes
+
+
+class ImagePack:
+    """Append-only file of image bytes; an image is addressed by (offset, length)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = path
+        self._file = open(path, "w+b")  # open for the whole stage: appended in pass 1, read in pass 2
+        self._size = 0
+
+    def append(self, data: bytes) -> tuple[int, int]:
+        self._file.seek(0, os.SEEK_END)
+        offset = self._size
+        self._file.write(data)
+        self._size += len(data)
+        return offset, len(data)
+
+    def read(self, offset: int, length: int) -> bytes:
+        self._file.seek(offset)
+        return self._file.read(length)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    mode = image.mode
+    if mode in ("RGBA", "LA", "PA", "La", "RGBa") or (mode == "P" and "transparency" in image.info):
+        # Composite on white: the colour under fully transparent pixels is arbitrary and often black.
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    if mode.startswith("I;16") or mode in ("I", "F"):
+        # 16-bit (or 32-bit) grey: scale to 8 bits; convert("L") would clip everything above 255 to white.
+        import numpy as np
+
+        array = np.asarray(image, dtype=np.float64)
+        top = 65535.0 if mode != "F" or array.max(initial=0) > 255 else 255.0
+        if mode == "I" and array.max(initial=0) > 65535:
+            top = float(array.max())
+        scaled = np.clip(array / top * 255.0 + 0.5, 0, 255).astype(np.uint8)
+        return Image.fromarray(scaled, mode="L").convert("RGB")
+    return image.convert("RGB")
+
+
+def process_image(job: ImageJob) -> ImageResult:
+    """Check one image; store the bytes to keep (the original bytes when already RGB, else a PNG)."""
+    if job.kind == "path":
+        try:
+            with open(job.payload, "rb") as f:
+                raw = f.read()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return ImageResult("image_file_missing")
+        except OSError:
+            return ImageResult("image_undecodable")
+    else:
+        raw = job.payload
+    if not raw:
+        return ImageResult("image_zero_size")
+    raw_sha = job.raw_sha or hashlib.sha256(raw).hexdigest()
+    Image.MAX_IMAGE_PIXELS = job.max_pixels
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(raw))
+            width, height = image.size
+            if width == 0 or height == 0:
+                return ImageResult("image_zero_size", raw_sha256=raw_sha)
+            if width * height > job.max_pixels:
+                return ImageResult("image_too_many_pixels", raw_sha256=raw_sha, width=width, height=height)
+            if max(width, height) / min(width, height) > job.max_aspect_ratio:
+                return ImageResult("image_aspect_ratio", raw_sha256=raw_sha, width=width, height=height)
+            image.load()  # the full decode: finds truncated and corrupt data
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        return ImageResult("image_too_many_pixels", raw_sha256=raw_sha)
+    except OSError as e:
+        reason = "image_truncated" if "truncat" in str(e).lower() else "image_undecodable"
+        return ImageResult(reason, raw_sha256=raw_sha)
+    except Exception:  # Pillow raises assorted errors (SyntaxError, ValueError, struct.error) on corrupt data
+        return ImageResult("image_undecodable", raw_sha256=raw_sha)
+
+    conversion = None
+    stored = raw
+    if image.mode != "RGB":
+        try:
+            rgb = _to_rgb(image)
+        except Exception:
+            return ImageResult("image_unsupported_mode", raw_sha256=raw_sha, width=width, height=height)
+        buffer = io.BytesIO()
+        rgb.save(buffer, format="PNG")  # lossless and deterministic for the same pixels
+        stored = buffer.getvalue()
+        conversion = f"image_mode_{image.mode}_to_RGB"
+    sha = raw_sha if stored is raw else hashlib.sha256(stored).hexdigest()
+    data = None if stored is raw and job.kind == "bytes" else stored  # the main process has the payload already
+    return ImageResult(None, sha, raw_sha, conversion, width, height, data)
+
+
+def process_images(jobs: list[ImageJob]) -> list[ImageResult]:
+    """A batch of jobs in one task: fewer round trips to the pool."""
+    return [process_image(job) for job in jobs]
+
+
+def encode_pil(image: Image.Image) -> bytes:
+    """Bytes of an already decoded image (a loader that decoded despite being asked not to)."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")  # lossless: re-encoding as JPEG would change the pixels again
+    return buffer.getvalue()

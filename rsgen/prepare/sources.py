@@ -1,0 +1,441 @@
+"""Reading sources: a Hub dataset, local parquet / JSON Lines / JSON / CSV files, an image folder, or the
+procedural demo pool; rows in the flat, the_cauldron or LLaVA layout become a stream of `RawRow`s (one image,
+one or more raw QA pairs).
+
+Everything streams: rows are read in batches (Hub datasets through `datasets`, memory-mapped or streamed; local
+files with pyarrow / json / csv directly), and images stay as bytes or file paths until a worker checks them.
+Local files are read directly rather than through `datasets` so that values keep their exact type (the JSON
+loader turns the string "4" into the number 4 when a column mixes types) and each row knows which file, hence
+which folder, it came from.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsgen.config import RecipeError, SourceConfig
+
+DEMO_DATASET = "rsgen-demo"
+PEEK_ROWS = 100  # rows looked at to learn which columns a file has
+LLAVA_HUMAN = {"human", "user"}
+LLAVA_ASSISTANT = {"gpt", "assistant", "model", "bot"}
+IMAGE_PLACEHOLDER = "<image>"
+
+
+@dataclass
+class RawQA:
+    question: Any
+    answer: Any
+    options: Any
+    source_row_id: str
+    source_label: str | None  # where the QA pair says it comes from (task purity's source allowlist)
+
+
+@dataclass
+class RawRow:
+    row_index: int
+    source_row_id: str
+    family: Any
+    image: Any  # bytes, a path, a {"bytes", "path"} dict, a decoded image, a list (cauldron), or None
+    image_bases: tuple[str, ...]  # folders a relative image path resolves against
+    image_ref: Any = None  # recorded image reference (provenance)
+    source_key: str | None = None  # value of source_id_column (provenance: one id names one image)
+    qas: list[RawQA] = field(default_factory=list)
+    row_reason: str | None = None  # every QA pair of the row is dropped with this reason
+
+
+@dataclass
+class _BadRecord:
+    reason: str
+
+
+def source_where(index: int) -> str:
+    return f"sources[{index}]"
+
+
+def describe_source(source: SourceConfig) -> dict[str, str]:
+    """Provenance fields of clean_meta for rows of this source."""
+    if source.dataset_name:
+        dataset = source.dataset_name
+    elif source.data_files:
+        dataset = "local:" + ",".join(source.data_files)
+    else:
+        dataset = "local:" + str(source.data_dir)
+    return {"source_dataset": dataset, "source_config": source.dataset_config or "", "source_split": source.split}
+
+
+def is_image_folder(source: SourceConfig) -> bool:
+    return not source.dataset_name and not source.data_files and bool(source.data_dir)
+
+
+def column_names(source: SourceConfig) -> dict[str, str | None]:
+    """The columns a source's format reads, after format defaults."""
+    fmt = source.format
+    if fmt == "cauldron":
+        image = "images" if source.image_column == "image" else source.image_column
+        turns = source.conversation_column or "texts"
+    elif fmt == "llava":
+        image = source.image_column
+        turns = source.conversation_column or "conversations"
+    else:
+        image, turns = source.image_column, None
+    if is_image_folder(source) and source.image_column == "image":
+        image = "file_name"  # the imagefolder convention: file names relative to the metadata file
+    return {
+        "image": image,
+        "turns": turns,
+        "question": source.question_column if fmt == "flat" else None,
+        "answer": source.answer_column if fmt == "flat" else None,
+        "options": source.options_column if fmt == "flat" else None,
+        "source_id": source.source_id_column,
+        "image_ref": source.image_ref_column,
+        "family": source.family_column,
+    }
+
+
+def _require_columns(available: set[str], source: SourceConfig, where: str, what: str) -> None:
+    names = column_names(source)
+    missing = [(key, col) for key, col in names.items() if col and col not in available]
+    if missing:
+        keys = ", ".join(f"{col!r} ({_column_key(key, source)})" for key, col in missing)
+        raise RecipeError(
+            f"{where}: {what} has no column {keys}. Columns that exist: {', '.join(sorted(available)) or '(none)'}. "
+            "Set the matching *_column key of the source to one of these."
+        )
+
+
+def _column_key(key: str, source: SourceConfig) -> str:
+    if key == "turns":
+        return "conversation_column"
+    return f"{key}_column" if key != "source_id" else "source_id_column"
+
+
+# ------------------------------------------------------------------------------------------------ raw records
+
+
+def _checked(records: Iterator[dict | _BadRecord], source: SourceConfig, where: str, what: str) -> Iterator:
+    """Look at the first rows to learn the columns, fail clearly when one the recipe names is absent."""
+    records = iter(records)
+    head: list = []
+    for record in records:
+        head.append(record)
+        if len(head) >= PEEK_ROWS:
+            break
+    seen = set()
+    for record in head:
+        if isinstance(record, dict):
+            seen.update(record)
+    if seen:
+        _require_columns(seen, source, where, what)
+    yield from head
+    yield from records
+
+
+def _iter_jsonl(path: str) -> Iterator[dict | _BadRecord]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                yield _BadRecord("row_unparseable")
+                continue
+            yield value if isinstance(value, dict) else _BadRecord("row_unparseable")
+
+
+def _iter_json_array(path: str, chunk_chars: int = 1 << 20) -> Iterator[dict | _BadRecord]:
+    """Objects of a top-level JSON array, decoded one at a time (LLaVA ships its pools as one big array)."""
+    decoder = json.JSONDecoder()
+    with open(path, encoding="utf-8", errors="replace") as f:
+        buffer = f.read(chunk_chars)
+        pos = buffer.index("[") + 1
+        eof = False
+        while True:
+            while pos < len(buffer) and buffer[pos] in " \t\r\n,":
+                pos += 1
+            if pos >= len(buffer) or (not eof and len(buffer) - pos < chunk_chars // 2):
+                more = f.read(chunk_chars)
+                eof = not more
+                buffer = buffer[pos:] + more
+                pos = 0
+                if not buffer.strip():
+                    return
+                continue
+            if buffer[pos] == "]":
+                return
+            try:
+                value, end = decoder.raw_decode(buffer, pos)
+            except json.JSONDecodeError:
+                if eof:
+                    yield _BadRecord("row_unparseable")  # a broken tail: count it, stop reading
+                    return
+                more = f.read(chunk_chars)
+                eof = not more
+                buffer = buffer[pos:] + more
+                pos = 0
+                continue
+            pos = end
+            yield value if isinstance(value, dict) else _BadRecord("row_unparseable")
+
+
+def _iter_json(path: str) -> Iterator[dict | _BadRecord]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        head = f.read(4096).lstrip()
+    if head.startswith("["):
+        return _iter_json_array(path)
+    return _iter_jsonl(path)
+
+
+def _iter_csv(path: str) -> Iterator[dict | _BadRecord]:
+    csv.field_size_limit(1 << 30)
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        delimiter = "\t" if path.endswith(".tsv") else ","
+        for row in csv.DictReader(f, delimiter=delimiter):
+            if None in row:  # more cells than the header has names
+                yield _BadRecord("row_unparseable")
+                continue
+            yield row
+
+
+def _iter_parquet(path: str, batch_rows: int = 64) -> Iterator[dict]:
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path) as parquet:
+        for batch in parquet.iter_batches(batch_size=batch_rows):
+            yield from batch.to_pylist()
+
+
+def _file_reader(path: str):
+    lower = path.lower()
+    if lower.endswith(".parquet"):
+        return _iter_parquet
+    if lower.endswith((".jsonl", ".json", ".jsonl.gz")):
+        return _iter_json
+    if lower.endswith((".csv", ".tsv")):
+        return _iter_csv
+    return None
+
+
+def _expand_files(patterns: list[str], where: str) -> list[str]:
+    files: list[str] = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern, recursive=True)) if any(c in pattern for c in "*?[") else [pattern]
+        for path in matches:
+            if not os.path.isfile(path):
+                raise RecipeError(f"{where}: data file {path!r} does not exist")
+            if _file_reader(path) is None:
+                raise RecipeError(f"{where}: data file {path!r}: use .parquet, .jsonl, .json, .csv or .tsv")
+            files.append(path)
+    if not files:
+        raise RecipeError(f"{where}: data_files {patterns!r} match no file")
+    return files
+
+
+def _local_records(source: SourceConfig, where: str) -> Iterator[tuple[dict | _BadRecord, tuple[str, ...]]]:
+    for path in _expand_files(source.data_files, where):
+        bases = (os.path.abspath(source.data_dir),) if source.data_dir else (os.path.dirname(os.path.abspath(path)),)
+        for record in _checked(_file_reader(path)(path), source, where, f"data file {path!r}"):
+            yield record, bases
+
+
+METADATA_NAMES = ("metadata.jsonl", "metadata.json", "metadata.csv", "metadata.parquet")
+
+
+def _image_folder_records(source: SourceConfig, where: str) -> Iterator[tuple[dict | _BadRecord, tuple[str, ...]]]:
+    """`imagefolder` layout: images next to a metadata file whose `file_name` column names them."""
+    root = source.data_dir
+    if not os.path.isdir(root):
+        raise RecipeError(f"{where}: data_dir {root!r} is not a folder")
+    top = os.path.join(root, source.split) if os.path.isdir(os.path.join(root, source.split)) else root
+    found = []
+    for folder, dirs, files in os.walk(top):
+        dirs.sort()
+        found += [os.path.join(folder, name) for name in METADATA_NAMES if name in files]
+    if not found:
+        raise RecipeError(
+            f"{where}: image folder {top!r} has no metadata file ({', '.join(METADATA_NAMES)}) giving each "
+            "image's question and answer (column `file_name` names the image)"
+        )
+    for path in found:
+        bases = (os.path.dirname(os.path.abspath(path)),)
+        for record in _checked(_file_reader(path)(path), source, where, f"metadata file {path!r}"):
+            yield record, bases
+
+
+def _hub_records(source: SourceConfig, where: str) -> Iterator[tuple[dict, tuple[str, ...]]]:
+    import datasets
+
+    kwargs: dict[str, Any] = {"split": source.split, "streaming": source.streaming}
+    if source.data_files:
+        kwargs["data_files"] = source.data_files
+    try:
+        ds = datasets.load_dataset(source.dataset_name, source.dataset_config, **kwargs)
+    except Exception as e:
+        raise RecipeError(
+            f"{where}: cannot load {source.dataset_name!r} (config {source.dataset_config!r}, split "
+            f"{source.split!r}): {type(e).__name__}: {e}"
+        ) from e
+    features = ds.features
+    if features is not None:
+        _require_columns(set(features), source, where, f"dataset {source.dataset_name!r}")
+        # Keep images as stored bytes: decoding here would re-encode them and lose the original file.
+        for name, feature in features.items():
+            if isinstance(feature, datasets.Image):
+                ds = ds.cast_column(name, datasets.Image(decode=False))
+            elif isinstance(feature, (datasets.List, datasets.Sequence, datasets.LargeList)) and isinstance(
+                getattr(feature, "feature", None), datasets.Image
+            ):
+                ds = ds.cast_column(name, datasets.List(datasets.Image(decode=False)))
+    bases = (os.path.abspath(source.data_dir),) if source.data_dir else (os.getcwd(),)
+    records = iter(ds)
+    if features is None:
+        records = _checked(records, source, where, f"dataset {source.dataset_name!r}")
+    for record in records:
+        yield record, bases
+
+
+def _demo_records(source: SourceConfig, where: str) -> Iterator[tuple[dict, tuple[str, ...]]]:
+    from rsgen.demo.pool import make_demo_rows
+
+    rows = make_demo_rows(source.demo_num_images, source.demo_seed)
+    for record in _checked(rows, source, where, "the demo pool"):
+        yield record, ()
+
+
+def iter_records(source: SourceConfig, index: int) -> Iterator[tuple[dict | _BadRecord, tuple[str, ...]]]:
+    where = source_where(index)
+    if source.dataset_name == DEMO_DATASET:
+        records = _demo_records(source, where)
+    elif source.dataset_name:
+        records = _hub_records(source, where)
+    elif source.data_files:
+        records = _local_records(source, where)
+    else:
+        records = _image_folder_records(source, where)
+    for n, item in enumerate(records):
+        if source.max_rows is not None and n >= source.max_rows:
+            return
+        yield item
+
+
+# ------------------------------------------------------------------------------------------------ row layouts
+
+
+def _id_value(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def iter_raw_rows(source: SourceConfig, index: int) -> Iterator[RawRow]:
+    """The source as RawRows, in the order it is stored."""
+    cols = column_names(source)
+    if source.format == "flat":
+        parse = _flat_row
+    elif source.format == "cauldron":
+        parse = _cauldron_row
+    else:
+        parse = _llava_row
+    for row_index, (record, bases) in enumerate(iter_records(source, index)):
+        row_id = f"{source.split}:{row_index}"
+        if isinstance(record, _BadRecord):
+            # One unreadable record counts as one input QA pair, dropped: nothing vanishes uncounted.
+            yield RawRow(row_index, row_id, source.family, None, bases, qas=[RawQA(None, None, None, row_id, None)],
+                         row_reason=record.reason)
+            continue
+        source_key = _id_value(record.get(cols["source_id"])) if cols["source_id"] else None
+        row_id = source_key or row_id
+        family = source.family if source.family else record.get(cols["family"])
+        row = RawRow(
+            row_index,
+            row_id,
+            family,
+            record.get(cols["image"]),
+            bases,
+            image_ref=record.get(cols["image_ref"]) if cols["image_ref"] else None,
+            source_key=source_key,
+        )
+        parse(row, record, cols)
+        yield row
+
+
+def _flat_row(row: RawRow, record: dict, cols: dict) -> None:
+    options = record.get(cols["options"]) if cols["options"] else None
+    row.qas.append(RawQA(record.get(cols["question"]), record.get(cols["answer"]), options, row.source_row_id,
+                         row.source_key))
+
+
+def _single_image(images: Any, row: RawRow) -> Any:
+    if images is None or (isinstance(images, (list, tuple)) and len(images) == 0):
+        return None
+    if isinstance(images, (list, tuple)):
+        if len(images) > 1:
+            row.row_reason = "multi_image"  # a QA pair about several images has no single image to live on
+        return images[0]
+    return images
+
+
+def _cauldron_row(row: RawRow, record: dict, cols: dict) -> None:
+    row.image = _single_image(row.image, row)
+    texts = record.get(cols["turns"])
+    if not isinstance(texts, (list, tuple)) or not texts:
+        row.qas.append(RawQA(None, None, None, row.source_row_id, row.source_key))
+        row.row_reason = row.row_reason or "conversation_malformed"
+        return
+    for turn_index, turn in enumerate(texts):
+        qa_row_id = f"{row.source_row_id}#{turn_index}"
+        if not isinstance(turn, dict):
+            row.qas.append(RawQA(None, None, None, qa_row_id, row.source_key))
+            continue
+        label = _id_value(turn.get("source")) or row.source_key
+        row.qas.append(RawQA(turn.get("user"), turn.get("assistant"), None, qa_row_id, label))
+
+
+def _llava_row(row: RawRow, record: dict, cols: dict) -> None:
+    row.image = _single_image(row.image, row)
+    turns = record.get(cols["turns"])
+    if not isinstance(turns, (list, tuple)) or not turns:
+        row.qas.append(RawQA(None, None, None, row.source_row_id, row.source_key))
+        row.row_reason = row.row_reason or "conversation_malformed"
+        return
+    placeholders = sum(
+        t.get("value", "").count(IMAGE_PLACEHOLDER)
+        for t in turns
+        if isinstance(t, dict) and str(t.get("from", "")).lower() in LLAVA_HUMAN and isinstance(t.get("value"), str)
+    )
+    if placeholders > 1:
+        row.row_reason = row.row_reason or "multi_image"
+    pending: RawQA | None = None
+    for turn in turns:
+        if not isinstance(turn, dict):
+            continue
+        speaker = str(turn.get("from", "")).lower()
+        value = turn.get("value")
+        if speaker in LLAVA_HUMAN:
+            if pending is not None:  # two questions in a row: the first has no answer
+                row.qas.append(pending)
+            if isinstance(value, str) and placeholders == 1 and IMAGE_PLACEHOLDER in value:
+                # The placeholder marks where the image goes; the chat template puts it there itself.
+                value = value.replace(IMAGE_PLACEHOLDER + "\n", "").replace("\n" + IMAGE_PLACEHOLDER, "")
+                value = value.replace(IMAGE_PLACEHOLDER, "")
+            pending = RawQA(value, None, None, f"{row.source_row_id}#{len(row.qas)}", row.source_key)
+        elif speaker in LLAVA_ASSISTANT:
+            if pending is None:  # an answer without a question
+                pending = RawQA(None, value, None, f"{row.source_row_id}#{len(row.qas)}", row.source_key)
+            else:
+                pending.answer = value
+            row.qas.append(pending)
+            pending = None
+    if pending is not None:
+        row.qas.append(pending)
+    if not row.qas:
+        row.qas.append(RawQA(None, None, None, row.source_row_id, row.source_key))
+        row.row_reason = row.row_reason or "conversation_malformed"

@@ -1,0 +1,581 @@
+"""The prepare stage: sources -> checked QA pairs -> rows grouped by image -> parquet shards + report.
+
+Pass 1 streams every source row: text steps in the main process, image checks in worker processes (in order,
+two batches in flight), survivors appended to on-disk buckets. Pass 2 groups each bucket by image, merges
+duplicate questions and writes the shards. Memory is bounded by batch and bucket sizes, not by the pool.
+The stage writes into `prepared.partial/` and renames it to `prepared/` at the end, so `prepared/` is either
+complete or absent; a finished `prepared/` made from the same recipe is reused, not redone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rsgen.config import RecipeConfig, RecipeError
+from rsgen.layout import OutputLayout
+from rsgen.prepare.cleaning import (
+    FAMILY_NAME,
+    STEPS,
+    CleanQA,
+    SourceRules,
+    SpilledQA,
+    check_image_ref,
+    check_qa,
+    merge_duplicates,
+    ordered_steps,
+    qa_id,
+)
+from rsgen.prepare.images import ImageJob, ImagePack, ImageResult, encode_pil, process_images
+from rsgen.prepare.sources import RawRow, describe_source, iter_raw_rows, source_where
+from rsgen.prepare.writer import SHARD_GLOB, ShardWriter, SpillBuckets
+from rsgen.schema import POLICY_VERSION
+
+log = logging.getLogger("rsgen.prepare")
+
+UNKNOWN_FAMILY = "(unknown)"
+BATCH_IMAGES = 64  # images per batch handed to the workers
+BATCH_BYTES = 32 << 20  # ... or this many bytes of images, whichever comes first
+CACHE_IMAGES = 4096  # recent image results remembered: pools that repeat an image per question decode it once
+REPORT_NAME = "prepare_report.json"
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+
+@dataclass
+class Tally:
+    input_qa_pairs: int = 0
+    kept_qa_pairs: int = 0
+    dropped_qa_pairs: int = 0
+    merged_qa_pairs: int = 0
+    dropped: Counter = field(default_factory=Counter)
+    merged: Counter = field(default_factory=Counter)
+    converted: Counter = field(default_factory=Counter)
+
+    def to_dict(self) -> dict:
+        return {
+            "input_qa_pairs": self.input_qa_pairs,
+            "kept_qa_pairs": self.kept_qa_pairs,
+            "dropped_qa_pairs": self.dropped_qa_pairs,
+            "merged_qa_pairs": self.merged_qa_pairs,
+            "dropped": dict(sorted(self.dropped.items())),
+            "merged": dict(sorted(self.merged.items())),
+            "converted": dict(sorted(self.converted.items())),
+        }
+
+
+class Report:
+    """Counts per reason, per family and per source; every QA pair read ends up kept, dropped or merged."""
+
+    def __init__(self, num_sources: int):
+        self.total = Tally()
+        self.families: dict[str, Tally] = {}
+        self.sources = [Tally() for _ in range(num_sources)]
+        self.source_rows = [0] * num_sources
+        self.family_rows: Counter = Counter()
+        self.images = {"checked": 0, "dropped": Counter(), "converted": Counter()}
+
+    def _tallies(self, family: str, source: int) -> tuple[Tally, ...]:
+        return self.total, self.families.setdefault(family, Tally()), self.sources[source]
+
+    def read(self, family: str, source: int, n: int = 1) -> None:
+        for t in self._tallies(family, source):
+            t.input_qa_pairs += n
+
+    def drop(self, family: str, source: int, reason: str, n: int = 1) -> None:
+        for t in self._tallies(family, source):
+            t.dropped_qa_pairs += n
+            t.dropped[reason] += n
+
+    def merge(self, family: str, source: int, reason: str, n: int = 1) -> None:
+        for t in self._tallies(family, source):
+            t.merged_qa_pairs += n
+            t.merged[reason] += n
+
+    def keep(self, family: str, source: int) -> None:
+        for t in self._tallies(family, source):
+            t.kept_qa_pairs += 1
+
+    def convert(self, family: str, source: int, what: str, n: int = 1) -> None:
+        for t in self._tallies(family, source):
+            t.converted[what] += n
+
+
+# ------------------------------------------------------------------------------------------------ images
+
+
+def _resolve_path(path: str, bases: tuple[str, ...]) -> str:
+    path = os.path.expanduser(path)
+    if os.path.isabs(path):
+        return path
+    for base in bases:
+        candidate = os.path.join(base, path)
+        if os.path.exists(candidate):
+            return candidate
+    return os.path.join(bases[0] if bases else os.getcwd(), path)
+
+
+def _image_payload(value: Any, bases: tuple[str, ...]) -> tuple[str, Any, str | None]:
+    """(kind, payload, recorded path) with kind "bytes" | "path" | a drop reason."""
+    if isinstance(value, dict):
+        data, path = value.get("bytes"), value.get("path")
+        if data:
+            return "bytes", bytes(data), path if isinstance(path, str) else None
+        if isinstance(path, str) and path.strip():
+            return "path", _resolve_path(path, bases), path
+        return ("image_zero_size" if data is not None else "image_missing"), None, None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return ("bytes", bytes(value), None) if len(value) else ("image_zero_size", None, None)
+    if isinstance(value, str):
+        if not value.strip():
+            return "image_missing", None, None
+        return "path", _resolve_path(value, bases), value
+    if value is None:
+        return "image_missing", None, None
+    try:
+        from PIL import Image
+
+        if isinstance(value, Image.Image):
+            return "bytes", encode_pil(value), getattr(value, "filename", None) or None
+    except Exception:
+        return "image_undecodable", None, None
+    return "image_undecodable", None, None
+
+
+class ImageWorkers:
+    """Image checks on `num_proc` spawned processes (inline when num_proc <= 1). Results keep job order."""
+
+    def __init__(self, num_proc: int):
+        self.num_proc = num_proc
+        self.pool = None
+        if num_proc > 1:
+            import multiprocessing
+
+            # spawn: forking a process that holds pyarrow / datasets threads can deadlock the child.
+            self.pool = multiprocessing.get_context("spawn").Pool(num_proc)
+
+    def submit(self, jobs: list[ImageJob]):
+        if self.pool is None or not jobs:
+            return process_images(jobs)
+        size = max(1, -(-len(jobs) // (self.num_proc * 2)))
+        chunks = [jobs[i : i + size] for i in range(0, len(jobs), size)]
+        return self.pool.map_async(process_images, chunks)
+
+    @staticmethod
+    def results(handle) -> list[ImageResult]:
+        if isinstance(handle, list):
+            return handle
+        return [r for chunk in handle.get() for r in chunk]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.pool is not None and exc[0] is not None:
+            self.pool.terminate()
+        self.close()
+
+
+@dataclass
+class Pending:
+    """A source row whose QA pairs passed the text steps, waiting for its image check."""
+
+    source_index: int
+    family: str
+    row: RawRow
+    qas: list[tuple[int, CleanQA, str]]  # (seq, cleaned pair, source_row_id)
+    slot: int | None = None  # index of its job in the batch
+    result: ImageResult | None = None
+    location: tuple[int, int] | None = None  # (offset, length) of the kept image in the pack
+    recorded_path: str | None = None
+
+
+@dataclass
+class Batch:
+    pendings: list[Pending] = field(default_factory=list)
+    jobs: list[ImageJob] = field(default_factory=list)
+    job_keys: dict = field(default_factory=dict)
+    nbytes: int = 0
+
+
+# ------------------------------------------------------------------------------------------------ the stage
+
+
+def recipe_fingerprint(recipe: RecipeConfig) -> str:
+    """What the prepared pool depends on; a finished pool with another fingerprint is redone."""
+    pinned = {
+        "sources": [dataclasses.asdict(s) for s in recipe.sources],
+        "instruction": recipe.instruction,
+        "max_image_pixels": recipe.max_image_pixels,
+        "max_aspect_ratio": recipe.max_aspect_ratio,
+        "shard_size_mb": recipe.shard_size_mb,
+        "policy_version": POLICY_VERSION,
+        "steps": {k: v[0] for k, v in STEPS.items()},
+    }
+    return hashlib.sha256(json.dumps(pinned, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _finished_report(layout: OutputLayout, fingerprint: str) -> dict | None:
+    if not layout.prepare_report.exists():
+        return None
+    try:
+        report = json.loads(layout.prepare_report.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if report.get("recipe_fingerprint") != fingerprint:
+        return None
+    if not all((layout.prepared / name).exists() for name in report.get("shards", [])):
+        return None
+    return report
+
+
+def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
+    """Write OUTPUT_DIR/prepared/ (parquet shards + prepare_report.json) and return the report."""
+    if not recipe.sources:
+        raise RecipeError("the recipe has no `sources`: add at least one pool to prepare")
+    layout = OutputLayout(recipe.output_dir)
+    fingerprint = recipe_fingerprint(recipe)
+    if not force:
+        finished = _finished_report(layout, fingerprint)
+        if finished is not None:
+            log.info("prepare: %s is finished for this recipe; reusing it", layout.prepared)
+            return finished
+    rules = [SourceRules.from_source(s, recipe.instruction, source_where(i)) for i, s in enumerate(recipe.sources)]
+    start = time.perf_counter()
+    partial = layout.root / "prepared.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    work = partial / "_work"
+    work.mkdir(parents=True)
+    report = Report(len(recipe.sources))
+    qa_buckets = SpillBuckets(work / "qa")
+    id_buckets = SpillBuckets(work / "source_ids")
+    with ImagePack(work / "images.bin") as pack:
+        with ImageWorkers(recipe.prepare_num_proc) as workers:
+            _Pass1(recipe, rules, report, pack, qa_buckets, id_buckets).run(workers)
+        qa_buckets.flush()
+        conflicts = _source_id_conflicts(id_buckets)
+        writer = ShardWriter(partial, max_shard_bytes=recipe.shard_size_mb * 1_000_000)
+        _write_rows(recipe, report, qa_buckets, conflicts, pack, writer)
+        shards = writer.close()
+    shutil.rmtree(work)
+    elapsed = time.perf_counter() - start
+    # No timings in the report: the same recipe gives the same prepared/ folder, byte for byte.
+    out = _report_dict(recipe, report, shards, writer.rows, fingerprint)
+    (partial / REPORT_NAME).write_text(json.dumps(out, indent=2, sort_keys=False) + "\n")
+    shutil.rmtree(layout.prepared, ignore_errors=True)
+    os.replace(partial, layout.prepared)
+    log.info(
+        "prepare: %d rows, %d QA pairs kept of %d (%d dropped, %d merged) in %.1f s",
+        writer.rows, out["kept_qa_pairs"], out["input_qa_pairs"], out["dropped_qa_pairs"], out["merged_qa_pairs"], elapsed,
+    )
+    return out
+
+
+class _Pass1:
+    """Stream the sources, check text and images, spill survivors to buckets."""
+
+    def __init__(self, recipe, rules, report, pack: ImagePack, qa_buckets, id_buckets):
+        self.recipe = recipe
+        self.rules = rules
+        self.report = report
+        self.pack = pack
+        self.qa_buckets = qa_buckets
+        self.id_buckets = id_buckets
+        # Recent images: key -> (result, location in the pack). Pools that repeat an image on every question's
+        # row (flat pools) check and store it once.
+        self.cache: OrderedDict[tuple, tuple[ImageResult, tuple[int, int] | None]] = OrderedDict()
+        self.seq = 0
+
+    def run(self, workers: ImageWorkers) -> None:
+        inflight = None
+        for batch in self._batches():
+            handle = workers.submit(batch.jobs)
+            if inflight is not None:
+                self._finish(*inflight)
+            inflight = (batch, handle)
+        if inflight is not None:
+            self._finish(*inflight)
+
+    def _family(self, source_index: int, raw_family: Any) -> tuple[str, str | None]:
+        if raw_family is None or (isinstance(raw_family, str) and not raw_family.strip()):
+            return UNKNOWN_FAMILY, "family_missing"
+        family = str(raw_family).strip()
+        if not FAMILY_NAME.match(family):
+            return UNKNOWN_FAMILY, "family_invalid"
+        return family, None
+
+    def _pendings(self) -> Iterator[Pending]:
+        report = self.report
+        for source_index, source in enumerate(self.recipe.sources):
+            rules = self.rules[source_index]
+            for row in iter_raw_rows(source, source_index):
+                report.source_rows[source_index] += 1
+                family, family_reason = self._family(source_index, row.family)
+                seqs = list(range(self.seq, self.seq + len(row.qas)))
+                self.seq += len(row.qas)
+                report.read(family, source_index, len(row.qas))
+                reason = row.row_reason or family_reason
+                if reason:
+                    report.drop(family, source_index, reason, len(row.qas))
+                    continue
+                survivors = []
+                for seq, raw in zip(seqs, row.qas):
+                    checked = check_qa(rules, raw.question, raw.answer, raw.options, raw.source_label)
+                    if isinstance(checked, CleanQA):
+                        survivors.append((seq, checked, raw.source_row_id))
+                    else:
+                        report.drop(family, source_index, checked.reason)
+                if survivors:
+                    yield Pending(source_index, family, row, survivors)
+
+    def _batches(self) -> Iterator[Batch]:
+        batch = Batch()
+        for pending in self._pendings():
+            self._attach_job(batch, pending)
+            batch.pendings.append(pending)
+            if len(batch.jobs) >= BATCH_IMAGES or batch.nbytes >= BATCH_BYTES:
+                yield batch
+                batch = Batch()
+        if batch.pendings:
+            yield batch
+
+    def _attach_job(self, batch: Batch, pending: Pending) -> None:
+        kind, payload, recorded = _image_payload(pending.row.image, pending.row.image_bases)
+        pending.recorded_path = recorded
+        if kind not in ("bytes", "path"):
+            pending.result = ImageResult(kind)
+            return
+        raw_sha = hashlib.sha256(payload).hexdigest() if kind == "bytes" else None
+        key = ("bytes", raw_sha) if kind == "bytes" else ("path", payload)
+        cached = self.cache.get(key)
+        if cached is not None:
+            self.cache.move_to_end(key)
+            pending.result, pending.location = cached
+            return
+        if key in batch.job_keys:  # the same image earlier in this batch: one check serves both
+            pending.slot = batch.job_keys[key]
+            return
+        recipe = self.recipe
+        job = ImageJob(kind, payload, raw_sha, recipe.max_image_pixels, recipe.max_aspect_ratio)
+        pending.slot = batch.job_keys[key] = len(batch.jobs)
+        batch.jobs.append(job)
+        batch.nbytes += len(payload) if kind == "bytes" else 0
+
+    def _finish(self, batch: Batch, handle) -> None:
+        results = ImageWorkers.results(handle)
+        kept: list[tuple[ImageResult, tuple[int, int] | None]] = []
+        for job, result in zip(batch.jobs, results):
+            location = None
+            if result.reason is None:
+                location = self.pack.append(result.data if result.data is not None else job.payload)
+                result = dataclasses.replace(result, data=None)
+            kept.append((result, location))
+        for key, slot in batch.job_keys.items():
+            self.cache[key] = kept[slot]
+            if len(self.cache) > CACHE_IMAGES:
+                self.cache.popitem(last=False)
+        for pending in batch.pendings:
+            if pending.result is None:
+                pending.result, pending.location = kept[pending.slot]
+            self._spill(pending)
+
+    def _spill(self, pending: Pending) -> None:
+        report, result, family, src = self.report, pending.result, pending.family, pending.source_index
+        source = self.recipe.sources[src]
+        report.images["checked"] += 1
+        if result.reason:
+            report.images["dropped"][result.reason] += 1
+            report.drop(family, src, result.reason, len(pending.qas))
+            return
+        image_steps = {"image_validate"}
+        if result.conversion:
+            report.images["converted"][result.conversion] += 1
+            report.convert(family, src, result.conversion)
+            image_steps.add("image_to_rgb")
+        if source.image_ref_column:
+            reason = check_image_ref(
+                pending.row.image_ref,
+                pending.recorded_path,
+                result.raw_sha256,
+                result.sha256,
+                lambda ref: _existing(ref, pending.row.image_bases),
+            )
+            if reason:
+                report.drop(family, src, reason, len(pending.qas))
+                return
+            image_steps.add("provenance")
+        sha = result.sha256
+        offset, length = pending.location
+        for seq, qa, source_row_id in pending.qas:
+            for what in qa.converted:
+                report.convert(family, src, what)
+            steps = sorted(qa.steps | image_steps | ({"provenance"} if source.source_id_column else set()))
+            record = {
+                "seq": seq, "sha": sha, "off": offset, "len": length, "src": src, "rid": source_row_id,
+                "q": qa.question, "a": qa.answers, "o": qa.options, "steps": steps,
+            }
+            self.qa_buckets.add(f"{family}/{sha[:2]}", record)
+        if source.source_id_column and pending.row.source_key is not None:
+            key = f"{src}\x1f{pending.row.source_key}"
+            bucket = hashlib.sha256(key.encode()).hexdigest()[:2]
+            self.id_buckets.add(bucket, {"k": key, "sha": sha, "seqs": [s for s, _, _ in pending.qas]})
+
+
+def _existing(ref: str, bases: tuple[str, ...]) -> str | None:
+    path = _resolve_path(ref, bases)
+    return path if os.path.isfile(path) else None
+
+
+def _source_id_conflicts(id_buckets: SpillBuckets) -> set[int]:
+    """Seqs of QA pairs whose source id is also recorded on a different image: the id does not resolve to one
+    image, so none of its QA pairs can be trusted to belong to theirs."""
+    bad: set[int] = set()
+    for bucket in id_buckets.keys():
+        images: dict[str, set[str]] = {}
+        seqs: dict[str, list[int]] = {}
+        for record in id_buckets.read(bucket):
+            images.setdefault(record["k"], set()).add(record["sha"])
+            seqs.setdefault(record["k"], []).extend(record["seqs"])
+        for key, shas in images.items():
+            if len(shas) > 1:
+                bad.update(seqs[key])
+    return bad
+
+
+def _write_rows(recipe, report: Report, qa_buckets: SpillBuckets, conflicts: set[int], pack: ImagePack, writer) -> None:
+    descriptors = [describe_source(s) for s in recipe.sources]
+    for key in qa_buckets.keys():
+        family = key.split("/", 1)[0]
+        by_image: dict[str, list[SpilledQA]] = {}
+        locations: dict[str, tuple[int, int]] = {}
+        for r in qa_buckets.read(key):
+            locations.setdefault(r["sha"], (r["off"], r["len"]))
+            qa = SpilledQA(r["seq"], r["src"], r["rid"], r["q"], r["a"], r["o"], r["steps"])
+            if qa.seq in conflicts:
+                report.drop(family, qa.source_index, "provenance_source_id_conflict")
+                continue
+            by_image.setdefault(r["sha"], []).append(qa)
+        for sha in sorted(by_image):
+            kept, dropped, merged = merge_duplicates(by_image[sha])
+            for qa, reason in dropped:
+                report.drop(family, qa.source_index, reason)
+            for qa in merged:
+                report.merge(family, qa.source_index, "duplicate_question")
+            if not kept:
+                continue
+            for qa in kept:
+                report.keep(family, qa.source_index)
+            image = pack.read(*locations[sha])
+            row = _row(family, sha, image, kept, descriptors)
+            report.family_rows[family] += 1
+            writer.add(row, len(image) + sum(len(q.question) + 64 for q in kept))
+
+
+def _distinct(values) -> list:
+    out = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def _row(family: str, sha: str, image: bytes, qas: list[SpilledQA], descriptors: list[dict]) -> dict:
+    sources = _distinct(q.source_index for q in qas)
+    meta = {
+        # A row drawing on several sources of one family names them all, in order of first use.
+        name: " + ".join(_distinct(descriptors[s][name] for s in sources))
+        for name in ("source_dataset", "source_config", "source_split")
+    }
+    steps = sorted({s for q in qas for s in q.steps})
+    return {
+        "image": {"bytes": image, "path": None},
+        "image_sha256": sha,
+        "family": family,
+        "qa": [
+            {
+                "id": qa_id(family, sha, q.question),
+                "question": q.question,
+                "answers": q.answers,
+                "options": q.options,
+                "source_row_id": q.source_row_id,
+            }
+            for q in qas
+        ],
+        "clean_meta": {
+            **meta,
+            "source_row_ids": _distinct(q.source_row_id for q in qas),
+            "family": family,
+            "policy_version": POLICY_VERSION,
+            "steps": ordered_steps(steps),
+        },
+    }
+
+
+def _report_dict(recipe, report: Report, shards: list[str], rows: int, fingerprint: str) -> dict:
+    total = report.total
+    families = {}
+    for name, tally in sorted(report.families.items()):
+        families[name] = {"rows": report.family_rows.get(name, 0), **tally.to_dict()}
+    sources = []
+    for i, (source, tally) in enumerate(zip(recipe.sources, report.sources)):
+        sources.append(
+            {
+                **describe_source(source),
+                "format": source.format,
+                "family": source.family or f"column:{source.family_column}",
+                "source_rows": report.source_rows[i],
+                **tally.to_dict(),
+            }
+        )
+    balanced = total.kept_qa_pairs + total.dropped_qa_pairs + total.merged_qa_pairs == total.input_qa_pairs
+    if not balanced:  # a bug, not bad input: refuse to hand on a pool whose accounting is off
+        raise AssertionError(f"prepare report does not balance: {total.to_dict()}")
+    return {
+        "policy_version": POLICY_VERSION,
+        "steps": {name: {"version": v, "does": what} for name, (v, what) in STEPS.items()},
+        "recipe_fingerprint": fingerprint,
+        "rows": rows,
+        "shards": shards,
+        **{k: v for k, v in total.to_dict().items()},
+        "images": {
+            "checked": report.images["checked"],
+            "dropped": dict(sorted(report.images["dropped"].items())),
+            "converted": dict(sorted(report.images["converted"].items())),
+        },
+        "families": families,
+        "sources": sources,
+    }
+
+
+def load_prepared(output_dir: str | os.PathLike):
+    """The prepared pool as a `datasets.Dataset`, rows in shard order (sorted by family, then image sha256)."""
+    import datasets
+
+    from rsgen.schema import PREPARED_FEATURES
+
+    prepared = OutputLayout(output_dir).prepared
+    files = sorted(str(p) for p in Path(prepared).glob(SHARD_GLOB))
+    if not files:
+        raise FileNotFoundError(f"no prepared pool in {str(prepared)!r}: run `rsgen prepare --config RECIPE` first")
+    import pyarrow.parquet as pq
+
+    if sum(pq.ParquetFile(f).metadata.num_rows for f in files) == 0:
+        # The parquet builder refuses a split with no rows; an empty pool is still a valid (empty) dataset.
+        return datasets.Dataset(PREPARED_FEATURES.arrow_schema.empty_table())
+    return datasets.load_dataset("parquet", data_files=files, split="train", features=PREPARED_FEATURES)

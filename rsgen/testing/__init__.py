@@ -1,0 +1,1 @@
+"""Test support shipped with the package: an offline zoo of tiny random VLMs (`rsgen.testing.zoo`)."""

@@ -1,0 +1,30 @@
+"""Verifiers: pull the final answer out of a model response, and decide whether it matches the reference.
+
+    from rsgen.verify import VERIFIERS, extract_answer, compare, verify_response, reward_function
+
+Extraction (`extract_answer`) is separate from comparison (`compare`, pure functions on extracted answers,
+registered by name in `VERIFIERS`: relaxed, exact, numeric, mc, math); `verify_response` does both.
+`reward_function(name)` wraps a verifier as a TRL `GRPOTrainer` reward. The same decisions are available as
+an `evaluate` metric: `evaluate.load(rsgen.metrics.metric_path(), name)`.
+
+Importing this package is cheap (regular expressions only): math-verify runs in a worker process started on
+the first `math` comparison, and nothing here imports torch, transformers or trl.
+"""
+
+from rsgen.verify.decision import REASONS, Decision, Extraction
+from rsgen.verify.extract import extract_answer
+from rsgen.verify.registry import VERIFIERS, clear_caches, compare, get_verifier, verify_response
+from rsgen.verify.rewards import reward_function
+
+__all__ = [
+    "REASONS",
+    "VERIFIERS",
+    "Decision",
+    "Extraction",
+    "clear_caches",
+    "compare",
+    "extract_answer",
+    "get_verifier",
+    "reward_function",
+    "verify_response",
+]

@@ -1,0 +1,35 @@
+"""The two small value types every verifier returns, and the closed set of reasons a non-match can carry."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+NO_ANSWER = "no_answer"  # nothing extractable (unclosed reasoning, empty text)
+WRONG_ANSWER = "wrong_answer"
+MC_AMBIGUOUS = "mc_ambiguous"  # two different option letters in one answer
+MC_NO_LETTER = "mc_no_letter"  # no option letter and no option text found
+MATH_TIMEOUT = "math_timeout"  # math-verify ran past its time (or memory) limit for this item
+BAD_INPUT = "bad_input"  # a prediction/reference that is not usable text (None reference, number, empty list...)
+
+REASONS = (NO_ANSWER, WRONG_ANSWER, MC_AMBIGUOUS, MC_NO_LETTER, MATH_TIMEOUT, BAD_INPUT)
+
+
+class Extraction(NamedTuple):
+    """The final answer pulled out of a raw response; `answer` is None exactly when `reason` is set.
+
+    (Named tuples rather than dataclasses: a verifier makes one per QA pair, and tuples are built 2x faster.)
+    """
+
+    answer: str | None
+    reason: str | None = None
+
+
+class Decision(NamedTuple):
+    """A verifier's verdict. `reason` is None when `match`, else one of `REASONS`.
+
+    `extracted` is the answer that was compared (for `mc`, the option letter when one was found).
+    """
+
+    match: bool
+    reason: str | None
+    extracted: str | None

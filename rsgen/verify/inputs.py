@@ -1,0 +1,43 @@
+"""Input checks shared by every verifier: what counts as bad input, decided once and the same everywhere.
+
+- prediction None (extraction found nothing) or blank text -> `no_answer`;
+- prediction that is not a `str` (a number, bytes, a list...) -> `bad_input`;
+- references: a `str`, or a non-empty list/tuple of `str`; blank references and the text "nan" (a missing
+  value that was turned into text somewhere upstream) are ignored; anything else, or nothing left ->
+  `bad_input`. Numbers are not silently turned into text: `3` and `3.0` would read differently.
+"""
+
+from __future__ import annotations
+
+from rsgen.verify.decision import BAD_INPUT, NO_ANSWER, Decision
+
+_NO_ANSWER = Decision(False, NO_ANSWER, None)
+
+
+def check_inputs(prediction, references) -> tuple[str, ...] | Decision:
+    """The usable references as a tuple, or the non-match Decision that bad input deserves."""
+    # Fast path for the common case: one text reference and a non-blank text prediction.
+    if type(prediction) is str and type(references) is str and prediction and references:
+        if not prediction.isspace() and _usable(references):
+            return (references,)
+    if type(prediction) is not str:
+        if prediction is None:
+            return _NO_ANSWER
+        return Decision(False, BAD_INPUT, None)
+    if not prediction or prediction.isspace():
+        return Decision(False, NO_ANSWER, prediction)
+    if type(references) is str:
+        if _usable(references):
+            return (references,)
+        return Decision(False, BAD_INPUT, prediction)
+    if isinstance(references, (list, tuple)) and all(type(r) is str for r in references):
+        refs = tuple(r for r in references if _usable(r))
+        if refs:
+            return refs
+    return Decision(False, BAD_INPUT, prediction)
+
+
+def _usable(reference: str) -> bool:
+    if not reference or reference.isspace():
+        return False
+    return not (len(reference) == 3 and reference.lower() == "nan")

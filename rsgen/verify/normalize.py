@@ -1,0 +1,161 @@
+"""Text normalisation and number parsing shared by the string verifiers (relaxed, exact, numeric, mc).
+
+`normalize_text` is the seed card's normalisation -- lowercase, trim, drop one trailing period -- plus a few
+cleanups that only remove formatting a model adds around an answer:
+markdown emphasis around it (`**5**`), `$...$` math delimiters, a whole-answer `\\text{...}` / `\\mathrm{...}`
+/ `\\textbf{...}` / `\\boxed{...}` wrapper, LaTeX escapes `\\%` and `\\$`, and runs of whitespace (collapsed
+to one space).
+
+`parse_number` reads a number the way chart answers are written: an optional leading '+' or '-' (also the
+Unicode minus), an optional currency sign, digits with optional thousands separators in groups of three
+("1,000", "12,345.6"; "1,5" is NOT a number), an optional decimal part and exponent ("1.5e6"), an optional
+percent sign ("%", "percent"), and an optional trailing unit of at most three short words ("kg", "km/h",
+"years old", "million"). Words for numbers ("five") are not numbers. "nan", "inf" and values that overflow
+a float are not numbers. Text longer than `MAX_NUMBER_CHARS` is never read as a number.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import NamedTuple
+
+MAX_NUMBER_CHARS = 100  # a real numeric answer with its unit is far shorter; bounds the regex work on junk
+_CACHE_ENTRIES = 1 << 16  # answers repeat a lot ("2", "Yes", "B"); a bounded memo keeps them at one dict lookup
+_CACHEABLE_CHARS = 200
+
+_TRIM_CHARS = " \t\r\n\f\v*_`"
+_LATEX_WRAPPER_RE = re.compile(
+    r"^\\(?:text|textbf|textit|textrm|texttt|mathrm|mathbf|mathit|mathtt|operatorname|boxed|fbox)\s*\{(.*)\}$",
+    re.DOTALL,
+)
+
+
+def normalize_text(text: str) -> str:
+    """Lowercase, trim, drop one trailing period, after removing formatting around the answer."""
+    text = text.strip(_TRIM_CHARS)
+    if "\\" in text or text[:1] == "$":
+        text = strip_latex(text)
+    text = text.lower()
+    if text.endswith("."):
+        text = text[:-1].rstrip()
+    if "  " in text or not text.isprintable():  # tabs, newlines and other control characters are not printable
+        text = " ".join(text.split())
+    return text
+
+
+def strip_latex(text: str) -> str:
+    """Remove math delimiters and whole-answer LaTeX wrappers (bounded nesting); unescape \\% and \\$."""
+    for _ in range(4):  # nested wrappers such as $\boxed{\text{B}}$; bounded so junk cannot loop
+        before = text
+        if len(text) >= 2 and text[0] == "$" and text[-1] == "$":
+            text = text.strip("$").strip()
+        elif text.startswith("\\(") and text.endswith("\\)"):
+            text = text[2:-2].strip()
+        elif text.startswith("\\[") and text.endswith("\\]"):
+            text = text[2:-2].strip()
+        m = _LATEX_WRAPPER_RE.match(text)
+        if m is not None and _balanced(m.group(1)):
+            text = m.group(1).strip()
+        if text == before:
+            break
+    if "\\" in text:
+        text = text.replace("\\%", "%").replace("\\$", "$").replace("\\,", "").replace("\\!", "").replace("\\ ", " ")
+    return text.strip(_TRIM_CHARS)
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth < 0:
+                return False
+    return depth == 0
+
+
+class Number(NamedTuple):
+    """A parsed numeric answer. `currency` and `unit` are "" when absent; `percent` marks a % sign."""
+
+    value: float
+    percent: bool
+    currency: str
+    unit: str
+
+
+_NUMBER_RE = re.compile(
+    r"(?P<cur>[$€£¥₹])?\s*(?P<sign>[+\-−])?\s*(?P<cur2>[$€£¥₹])?\s*"
+    r"(?P<int>\d{1,3}(?:,\d{3})+|\d+)?(?P<frac>\.\d+)?(?:[eE](?P<exp>[+\-]?\d{1,4}))?"
+    r"\s*(?P<pct>%|percent\b|per cent\b)?"
+    r"(?:\s*(?P<unit>(?:°|[^\W\d_])[^\s\d]{0,15}(?:\s(?:°|[^\W\d_])[^\s\d]{0,15}){0,2}))?"
+)
+
+
+_DIGITS = frozenset("0123456789")
+
+
+def parse_number(text: str) -> Number | None:
+    """The number `text` (already normalised, so lowercase) states, or None if it is not a number."""
+    if not text or len(text) > MAX_NUMBER_CHARS:
+        return None
+    if text[0] in _DIGITS and text.isascii() and text.replace(".", "", 1).isdigit():  # the common case: 12, 41.5
+        return Number(float(text), False, "", "")
+    m = _NUMBER_RE.fullmatch(text)
+    if m is None:
+        return None
+    currency, sign, currency2, int_part, frac, exp, percent, unit = m.groups()
+    if int_part is None and frac is None:
+        return None
+    if currency and currency2:
+        return None
+    literal = (int_part or "0").replace(",", "") + (frac or "")
+    if exp is not None:
+        literal += "e" + exp
+    value = float(literal)
+    if not math.isfinite(value):
+        return None
+    if sign == "-" or sign == "−":
+        value = -value
+    if unit:
+        unit = unit.rstrip(".")
+    return Number(value, percent is not None, currency or currency2 or "", unit or "")
+
+
+def units_compatible(a: Number, b: Number) -> bool:
+    """Currency and unit must agree when both sides state one; a side that omits it is compatible."""
+    if a.currency and b.currency and a.currency != b.currency:
+        return False
+    if a.unit and b.unit and a.unit != b.unit:
+        return False
+    return True
+
+
+def value_pairs(prediction: Number, reference: Number) -> tuple[tuple[float, float], ...]:
+    """The (prediction, reference) values to compare.
+
+    When exactly one side carries a percent sign, both readings count: the same scale ("45%" vs "45")
+    and the percent as a fraction ("45%" vs "0.45"). Chart labels often drop the sign the model keeps.
+    """
+    if prediction.percent == reference.percent:
+        return ((prediction.value, reference.value),)
+    if prediction.percent:
+        return ((prediction.value, reference.value), (prediction.value / 100.0, reference.value))
+    return ((prediction.value, reference.value), (prediction.value, reference.value / 100.0))
+
+
+_info_cache: dict[str, tuple[str, Number | None]] = {}
+
+
+def text_info(text: str) -> tuple[str, Number | None]:
+    """(normalize_text(text), parse_number of that), memoised for short texts."""
+    info = _info_cache.get(text)
+    if info is None:
+        normalized = normalize_text(text)
+        info = (normalized, parse_number(normalized))
+        if len(text) <= _CACHEABLE_CHARS:
+            if len(_info_cache) >= _CACHE_ENTRIES:
+                _info_cache.clear()
+            _info_cache[text] = info
+    return info

@@ -1,0 +1,61 @@
+"""The verifier registry and the two entry points the pipeline, the metric and the rewards use."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rsgen.verify.decision import Decision
+from rsgen.verify.exact import exact
+from rsgen.verify.extract import extract_answer
+from rsgen.verify.mathexpr import math_verifier
+from rsgen.verify.mc import mc
+from rsgen.verify.numeric import numeric
+from rsgen.verify.relaxed import relaxed
+
+VERIFIERS: dict[str, Callable[..., Decision]] = {
+    "relaxed": relaxed,
+    "exact": exact,
+    "numeric": numeric,
+    "mc": mc,
+    "math": math_verifier,
+}
+"""name -> verifier(prediction, references, *, options=None, numeric_tolerance=None, timeout_seconds=None)."""
+
+
+def clear_caches() -> None:
+    """Forget the memoised normalisations and option letters (benchmarks start cold; tests reset state)."""
+    from rsgen.verify import mc as mc_module, normalize
+
+    normalize._info_cache.clear()
+    mc_module._letter_cache.clear()
+    mc_module._option_pattern_cache.clear()
+
+
+def get_verifier(name: str) -> Callable[..., Decision]:
+    """The verifier called `name`; a clear error naming the choices otherwise (a recipe/config mistake)."""
+    try:
+        return VERIFIERS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown verifier {name!r}; choose one of {', '.join(sorted(VERIFIERS))}") from None
+
+
+def compare(name: str, prediction: str | None, references: str | list[str], *, options=None, **kw) -> Decision:
+    """Compare an already extracted answer with the reference(s) using verifier `name`.
+
+    kw: `numeric_tolerance` (numeric), `timeout_seconds` (math); every verifier accepts both.
+    """
+    verifier = VERIFIERS.get(name) if type(name) is str else None
+    if verifier is None:
+        verifier = get_verifier(name)  # raises the clear error
+    return verifier(prediction, references, options=options, **kw)
+
+
+def verify_response(name: str, response: str, references: str | list[str], *, options=None, **kw) -> Decision:
+    """Extract the final answer from a raw model response, then compare it with verifier `name`."""
+    verifier = VERIFIERS.get(name) if type(name) is str else None
+    if verifier is None:
+        verifier = get_verifier(name)  # raises the clear error
+    extraction = extract_answer(response)
+    if extraction.answer is None:
+        return Decision(False, extraction.reason, None)
+    return verifier(extraction.answer, references, options=options, **kw)

@@ -1,0 +1,458 @@
+"""Train the demo VLM that ships in `rsgen/demo/model/`: a Qwen2-VL-style model of a few MB, from scratch, on CPU.
+
+    python scripts/train_demo_model.py                 # train and save to rsgen/demo/model/, then evaluate
+    python scripts/train_demo_model.py --eval-only     # evaluate the shipped model on a fresh seed
+
+What it learns, from the procedural demo pool (`rsgen.demo.pool`, training seed TRAIN_SEED):
+
+- to answer the pool's questions (CLEVRMath, DemoChart, DemoMC) as the pipeline asks them (question, a new
+  line, the recipe's instruction; multiple choice as a lettered block answered with the letter), with a short
+  reasoning trace: `<think>\\nThere are 7 objects. Subtract 2 big blue things: 5 left.\\n</think>\\n\\n5`.
+  A share of the examples are rendered with `enable_thinking=False` and answered without reasoning.
+- to judge: the judge stage's own prompt (`rsgen.judge.prompt.render_judge_prompt`, text only) answered with
+  `<think>\\nReference: 5. Candidate: 7. Different.\\n</think>\\n\\nWRONG` (or CORRECT, or UNSURE when the
+  reference is unusable).
+
+Everything is built offline from a config: a byte-level BPE tokenizer trained on the pool's text, the ChatML
+template of the test zoo (with `enable_thinking`), Qwen2-VL's processor without its video part (no torchvision),
+images of 168 x 112 pixels = 6 x 4 image tokens, one per cell of the pool's object grid. Training is
+`trl.SFTTrainer` on prompt-completion data (loss on the completion only), fixed seeds, float32, CPU.
+
+Measured on the 2-core development machine (shared with other jobs): see TRAINING_LOG at the bottom of this
+docstring, which the script's last run printed.
+
+TRAINING_LOG: (filled in below after the final run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+from rsgen.demo import demo_model_path  # noqa: E402
+from rsgen.demo.pool import LETTERS, make_demo_image, mc_option_texts, solve_from_scene  # noqa: E402
+
+TRAIN_SEED = 1  # pool seed of the training images; `rsgen demo` draws 20261202, the evaluation EVAL_SEED
+EVAL_SEED = 777
+INSTRUCTION = "Answer in short without any other content."  # the demo recipe's instruction
+VOCAB_SIZE = 1024
+IMAGE_PIXELS = 168 * 112
+
+# ----------------------------------------------------------------------------------------------- text
+
+
+def prepared_question(question: str, options: list[str]) -> tuple[str, list[str]]:
+    """The user text the pipeline sends for a pool question, and the option texts in letter order.
+
+    Multiple choice is rendered as the prepare stage normalises it: the stem, then a lettered block."""
+    stem, option_texts = mc_option_texts(question, options)
+    if option_texts:
+        block = "\n".join(f"{LETTERS[i]}. {text}" for i, text in enumerate(option_texts))
+        return f"{stem}\n{block}\n{INSTRUCTION}", option_texts
+    return f"{question}\n{INSTRUCTION}", []
+
+
+def vqa_examples(seed: int, num_images: int):
+    """(image PNG, user text, reasoning, final answer, family) for every QA pair of `num_images` pool images."""
+    for index in range(num_images):
+        family, png, scene, qas = make_demo_image(seed, index)
+        for question, _answer, options in qas:
+            text, option_texts = prepared_question(question, options)
+            answer, steps = solve_from_scene(scene, question, options)
+            reasoning = " ".join(steps)
+            if option_texts:
+                letter = LETTERS[option_texts.index(answer)]
+                reasoning = f"{reasoning} That is {letter}."
+                answer = letter
+            yield png, text, reasoning, answer, family
+
+
+def wrong_candidate(rng: random.Random, reference: str, family: str) -> str:
+    """A plausible wrong answer of the same kind as `reference` (what a small model gets wrong)."""
+    if reference.isdigit():
+        value = int(reference)
+        choices = [v for v in range(max(0, value - 3), value + 4) if v != value]
+        if rng.random() < 0.2:
+            choices = [v for v in range(0, 21) if v != value]
+        return str(rng.choice(choices))
+    if len(reference) == 1 and reference in LETTERS:
+        return rng.choice([letter for letter in "ABCD" if letter != reference])
+    from rsgen.demo.pool import CHART_LABELS, COLORS, MATERIALS, SHAPES
+
+    for vocabulary in (list(CHART_LABELS), list(COLORS), list(SHAPES), list(MATERIALS)):
+        if reference in vocabulary:
+            return rng.choice([word for word in vocabulary if word != reference])
+    return rng.choice(["yes", "no", "3", "red"])
+
+
+def judge_example(rng: random.Random, question: str, reference: str, family: str) -> tuple[str, str, str]:
+    """(judge user text, reasoning, verdict) for one QA pair: the candidate is right, wrong, or the reference bad."""
+    from rsgen.judge.prompt import render_judge_prompt
+
+    roll = rng.random()
+    if roll < 0.06:
+        # UNSURE is for references that cannot be graded against.
+        bad_reference = rng.choice(["", "N/A", "?", "unknown", "none"])
+        candidate = reference
+        prompt = render_judge_prompt(question, bad_reference, candidate)
+        return prompt, f"Reference: {bad_reference or 'empty'}. Unusable.", "UNSURE"
+    if roll < 0.53:
+        candidate = reference
+        if not reference.isdigit() and rng.random() < 0.2:
+            candidate = rng.choice([reference.capitalize(), reference + "."])
+        verdict, word = "CORRECT", "Same"
+    else:
+        candidate, verdict, word = wrong_candidate(rng, reference, family), "WRONG", "Different"
+    prompt = render_judge_prompt(question, reference, candidate)
+    return prompt, f"Reference: {reference}. Candidate: {candidate}. {word}.", verdict
+
+
+def completion_text(reasoning: str | None, answer: str) -> str:
+    return answer if reasoning is None else f"<think>\n{reasoning}\n</think>\n\n{answer}"
+
+
+# ----------------------------------------------------------------------------------------------- model
+
+
+def build_tokenizer(corpus: list[str]):
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from rsgen.testing.zoo import QWEN_SPECIAL_TOKENS, REASONING_TOKENS
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=list(QWEN_SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(corpus, trainer=trainer)
+    # Reasoning tags are added tokens but not special ones (as in Qwen3): they survive skip_special_tokens.
+    backend.add_tokens([AddedToken(token, special=False, normalized=False) for token in REASONING_TOKENS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        clean_up_tokenization_spaces=False,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        extra_special_tokens={
+            "image_token": "<|image_pad|>",
+            "video_token": "<|video_pad|>",
+            "vision_start_token": "<|vision_start|>",
+            "vision_end_token": "<|vision_end|>",
+        },
+    )
+
+
+def build_model(tokenizer, size: dict):
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    from rsgen.testing.zoo import _qwen_processor, _qwen_vision_ids
+
+    half = size["hidden"] // size["heads"] // 2
+    # Temporal, height and width rotary sections (Qwen2-VL's 1/4, 3/8, 3/8 split); they sum to half a head.
+    mrope_section = [half // 4, (half - half // 4) // 2, half - half // 4 - (half - half // 4) // 2]
+    config = Qwen2VLConfig(
+        text_config=dict(
+            vocab_size=len(tokenizer),
+            hidden_size=size["hidden"],
+            intermediate_size=size["intermediate"],
+            num_hidden_layers=size["layers"],
+            num_attention_heads=size["heads"],
+            num_key_value_heads=size["kv_heads"],
+            max_position_embeddings=1024,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": mrope_section},
+        ),
+        vision_config=dict(
+            depth=size["vision_depth"],
+            embed_dim=size["vision_hidden"],
+            hidden_size=size["hidden"],
+            num_heads=size["vision_heads"],
+            mlp_ratio=2,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+        ),
+        tie_word_embeddings=True,
+        **_qwen_vision_ids(tokenizer),
+    )
+    torch.manual_seed(0)
+    model = Qwen2VLForConditionalGeneration(config)
+    processor = _qwen_processor("Qwen2VLProcessor", tokenizer, patch_size=14, pixels=IMAGE_PIXELS)
+    generation_config = model.generation_config
+    generation_config.eos_token_id = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    generation_config.pad_token_id = tokenizer.pad_token_id
+    generation_config.do_sample = False
+    return model, processor
+
+
+# ----------------------------------------------------------------------------------------------- data
+
+
+def training_examples(num_images: int, judge_share: float, nothink_share: float, seed: int = TRAIN_SEED):
+    """SFT rows (prompt-completion, conversational) and the tokenizer corpus, deterministic for `seed`."""
+    import io
+
+    from PIL import Image as PILImage
+
+    rng = random.Random(f"rsgen-demo-train:{seed}")
+    rows, corpus = [], []
+    for png, text, reasoning, answer, family in vqa_examples(seed, num_images):
+        image = PILImage.open(io.BytesIO(png)).convert("RGB")
+        thinking = rng.random() >= nothink_share
+        content = completion_text(reasoning, answer) if thinking else completion_text("", answer)
+        rows.append(
+            {
+                "prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}],
+                "completion": [{"role": "assistant", "content": [{"type": "text", "text": content}]}],
+                "images": [image],
+                "chat_template_kwargs": {"enable_thinking": thinking},
+            }
+        )
+        corpus += [text, content]
+        if rng.random() < judge_share:
+            prompt, judge_reasoning, verdict = judge_example(rng, text, answer, family)
+            judge_content = completion_text(judge_reasoning, verdict)
+            rows.append(
+                {
+                    "prompt": [{"role": "user", "content": [{"type": "text", "text": prompt}]}],
+                    "completion": [{"role": "assistant", "content": [{"type": "text", "text": judge_content}]}],
+                    "images": [],
+                    "chat_template_kwargs": {"enable_thinking": True},
+                }
+            )
+            corpus += [prompt, judge_content]
+    rng.shuffle(rows)
+    return rows, corpus
+
+
+# ----------------------------------------------------------------------------------------------- training
+
+SIZES = {
+    # text width/depth, vision width/depth: ~2.3 M parameters, 9 MB in float32.
+    "demo": dict(hidden=192, intermediate=512, layers=4, heads=6, kv_heads=2,
+                 vision_hidden=96, vision_depth=3, vision_heads=3),  # fmt: skip
+    "small": dict(hidden=128, intermediate=384, layers=4, heads=4, kv_heads=2,
+                  vision_hidden=64, vision_depth=2, vision_heads=2),  # fmt: skip
+}
+
+
+def train(args) -> Path:
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    started = time.perf_counter()
+    rows, corpus = training_examples(args.num_images, args.judge_share, args.nothink_share)
+    tokenizer = build_tokenizer(corpus)
+    model, processor = build_model(tokenizer, SIZES[args.size])
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{len(rows)} training rows from {args.num_images} images; {n_params / 1e6:.2f} M parameters", flush=True)
+    dataset = Dataset.from_list(rows)
+    work = Path(args.output).with_name(Path(args.output).name + ".trainer")
+    config = SFTConfig(
+        output_dir=str(work),
+        per_device_train_batch_size=args.batch_size,
+        num_train_epochs=args.epochs,
+        max_steps=args.max_steps,
+        learning_rate=args.lr,
+        lr_scheduler_type="cosine",
+        warmup_steps=args.warmup_steps,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        logging_steps=25,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        seed=0,
+        data_seed=0,
+        remove_unused_columns=False,  # keeps `chat_template_kwargs` (thinking on/off per row)
+        dataloader_num_workers=0,
+        max_length=None,
+        completion_only_loss=True,
+        disable_tqdm=True,
+    )
+    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=processor)
+    trainer.train()
+    train_seconds = time.perf_counter() - started
+    save_model(trainer.model, processor, Path(args.output), train_seconds, args, len(rows), n_params)
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"trained in {train_seconds / 60:.1f} min; saved to {args.output}", flush=True)
+    return Path(args.output)
+
+
+def save_model(model, processor, output: Path, train_seconds: float, args, num_rows: int, n_params: int) -> None:
+    if output.exists():
+        shutil.rmtree(output)
+    output.mkdir(parents=True)
+    model.eval()
+    model.config.dtype = torch.float32
+    model.save_pretrained(output)
+    processor.save_pretrained(output)
+    (output / "README.md").write_text(MODEL_CARD.format(
+        params=n_params / 1e6, rows=num_rows, images=args.num_images, minutes=train_seconds / 60,
+        seed=TRAIN_SEED, epochs=args.epochs, size=json.dumps(SIZES[args.size]),
+    ))  # fmt: skip
+
+
+MODEL_CARD = """---
+library_name: transformers
+pipeline_tag: image-text-to-text
+tags: [rsgen, demo, toy]
+---
+# rsgen demo VLM
+
+A **toy** vision-language model ({params:.1f} M parameters, Qwen2-VL architecture) that ships inside the `rsgen`
+package so that `rsgen demo` runs end to end, offline, on a CPU in a few minutes.
+
+**What it is.** Trained from scratch by `scripts/train_demo_model.py` ({minutes:.0f} min on a 2-core CPU, {epochs}
+epoch(s) over {rows} rows from {images} images of rsgen's procedural demo pool, pool seed {seed}) to
+
+- answer the demo pool's questions (CLEVR-Math-like counting and subtraction, bar charts, multiple choice with
+  lettered options) at 168 x 112 pixels, with a short reasoning trace: `<think>...</think>` then the answer;
+  `enable_thinking=False` in the chat template makes it answer without the trace;
+- grade answers as rsgen's judge stage asks (question, reference, candidate -> `CORRECT` / `WRONG` / `UNSURE`).
+
+It gets many demo questions right and many wrong, which is the point: the demo then shows a real split
+between accepted and rejected answers, and a judge that agrees with the verifier.
+
+**What it is not.** It is not a general VLM and knows nothing beyond the demo pool's drawings and templates; its
+tokenizer was trained on that text only. Do not use it for anything but trying rsgen.
+
+Config: {size}. Tokenizer: byte-level BPE, {vocab} tokens. Chat template: ChatML with `enable_thinking`.
+""".replace("{vocab}", str(VOCAB_SIZE))
+
+
+# ----------------------------------------------------------------------------------------------- evaluation
+
+
+def _verify(family: str, response: str, reference: str, options: list[str]):
+    from rsgen import verify
+
+    name = "mc" if family == "DemoMC" else "relaxed"
+    if hasattr(verify, "verify_response"):
+        decision = verify.verify_response(name, response, reference, options=options or None)
+        return decision.match, decision.extracted
+    # The verify package may not be complete yet: extraction plus the relaxed / letter rule.
+    extracted = verify.extract.extract_answer(response).answer
+    if extracted is None:
+        return False, None
+    a, b = extracted.strip().lower().rstrip("."), reference.strip().lower().rstrip(".")
+    try:
+        x, y = float(a), float(b)
+        return (abs(x - y) <= 0.05 * abs(y)) if y != 0 else x == y, extracted
+    except ValueError:
+        return a == b, extracted
+
+
+def evaluate(model_dir: Path, seed: int, num_images: int, max_new_tokens: int = 96) -> dict:
+    """Accept rate per family (greedy, thinking on) and judge agreement, on a pool seed the model never saw."""
+    from collections import Counter
+
+    from rsgen.generate.engine import ChatRequest, GenerationEngine
+    from rsgen.generate.models import load_model_and_processor
+    from rsgen.judge.prompt import render_judge_prompt
+    from rsgen.judge.verdict import parse_verdict
+
+    model, processor = load_model_and_processor(str(model_dir))
+    engine = GenerationEngine(model, processor, max_new_tokens=max_new_tokens, temperature=0.0, token_budget=16384,
+                              max_batch_size=128, chat_template_kwargs={"enable_thinking": True})  # fmt: skip
+    items, requests = {}, []
+    for index in range(num_images):
+        family, png, scene, qas = make_demo_image(seed, index)
+        for q_index, (question, _answer, options) in enumerate(qas):
+            text, option_texts = prepared_question(question, options)
+            answer = solve_from_scene(scene, question, options)[0]
+            if option_texts:
+                answer = LETTERS[option_texts.index(answer)]
+            key = f"{index}/{q_index}"
+            items[key] = dict(family=family, text=text, answer=answer, options=option_texts)
+            messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+            requests.append(ChatRequest(key, messages, [png]))
+    started = time.perf_counter()
+    totals, accepted = Counter(), Counter()
+    for request, result in engine.generate(requests):
+        item = items[request.key]
+        match, extracted = _verify(item["family"], result.text, item["answer"], item["options"])
+        item.update(response=result.text, match=match, extracted=extracted)
+        totals[item["family"]] += 1
+        accepted[item["family"]] += match
+    generate_seconds = time.perf_counter() - started
+
+    judge_requests = []
+    for key, item in items.items():
+        candidate = item["extracted"] if item["extracted"] is not None else ""
+        prompt = render_judge_prompt(item["text"], item["answer"], candidate)
+        judge_requests.append(ChatRequest(key, [{"role": "user", "content": [{"type": "text", "text": prompt}]}], []))
+    engine.max_new_tokens = 32
+    started = time.perf_counter()
+    verdicts = Counter()
+    for request, result in engine.generate(judge_requests):
+        item = items[request.key]
+        verdict = parse_verdict(result.text, result.hit_limit)
+        verdicts[("accepted" if item["match"] else "rejected", verdict)] += 1
+    judge_seconds = time.perf_counter() - started
+    n_acc = sum(accepted.values())
+    n_rej = sum(totals.values()) - n_acc
+    report = {
+        "seed": seed,
+        "images": num_images,
+        "qa": sum(totals.values()),
+        "accept_rate": n_acc / max(1, sum(totals.values())),
+        "accept_rate_per_family": {f: accepted[f] / totals[f] for f in sorted(totals)},
+        "judge_correct_on_accepted": verdicts[("accepted", "CORRECT")] / max(1, n_acc),
+        "judge_wrong_on_rejected": verdicts[("rejected", "WRONG")] / max(1, n_rej),
+        "judge_verdicts": {f"{k[0]}:{k[1]}": v for k, v in sorted(verdicts.items())},
+        "generate_seconds": round(generate_seconds, 1),
+        "judge_seconds": round(judge_seconds, 1),
+        "examples": [
+            {k: items[key][k] for k in ("family", "text", "answer", "response", "match")} for key in list(items)[:12]
+        ],
+    }
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--output", default=str(demo_model_path()))
+    parser.add_argument("--size", default="demo", choices=sorted(SIZES))
+    parser.add_argument("--num-images", type=int, default=6000)
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--max-steps", type=int, default=-1)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--warmup-steps", type=int, default=50)
+    parser.add_argument("--judge-share", type=float, default=0.35)
+    parser.add_argument("--nothink-share", type=float, default=0.1)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--eval-only", action="store_true")
+    parser.add_argument("--eval-images", type=int, default=150)
+    parser.add_argument("--eval-seed", type=int, default=EVAL_SEED)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    output = Path(args.output) if args.eval_only else train(args)
+    report = evaluate(output, args.eval_seed, args.eval_images)
+    print(json.dumps(report, indent=1), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The dataset card: YAML header that `datasets` and huggingface_hub read, numbers from stats.json only,
+examples from the rejected split, re-rendering from disk (`rsgen card`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from emit_helpers import scripted_recipe, write_scripted_run
+from huggingface_hub import DatasetCard
+
+from rsgen.emit import render_card, run_emit
+from rsgen.emit.card import configs_of
+from rsgen.layout import OutputLayout
+
+
+def _n(v):
+    return f"{v:,}"
+
+
+def test_card_header_parses_and_maps_every_config(emitted_run):
+    root, _recipe, _images = emitted_run
+    layout = OutputLayout(root)
+    stats = json.loads(layout.stats_json.read_text())
+    card = DatasetCard.load(layout.dataset / "README.md")  # parses the YAML header (raises on a broken one)
+    data = card.data.to_dict()
+    assert data["license"] == "other"
+    assert data["task_categories"] == ["visual-question-answering"]
+    assert data["language"] == ["en"]
+    configs = {c["config_name"]: c["data_files"] for c in data["configs"]}
+    assert list(configs) == configs_of(stats)
+    for name, files in configs.items():
+        assert files == [{"split": "train", "path": f"data/{name}/train-*"}]
+        assert list((layout.dataset / "data" / name).glob("train-*.parquet"))
+    infos = {i["config_name"]: i for i in data["dataset_info"]}
+    assert set(infos) == set(configs)
+    assert infos["CLEVRMath_rejected"]["splits"] == [
+        {"name": "train", "num_bytes": stats["families"]["CLEVRMath"]["splits"]["rejected"]["num_bytes"],
+         "num_examples": 4}]
+    # The metadata parser `load_dataset` uses agrees.
+    from datasets.utils.metadata import MetadataConfigs
+
+    assert set(MetadataConfigs.from_dataset_card_data(card.data)) == set(configs)
+
+
+def test_card_numbers_come_from_stats(emitted_run):
+    root, _recipe, _images = emitted_run
+    layout = OutputLayout(root)
+    stats = json.loads(layout.stats_json.read_text())
+    text = (layout.dataset / "README.md").read_text()
+    for family, fam in stats["families"].items():
+        rate = f"**{fam['accept_rate']:.1%}**"
+        assert f"| {family} | `{fam['verifier']}` | {_n(fam['prepared_qa'])} | {_n(fam['accepted_qa'])} | " \
+               f"{_n(fam['rejected_qa'])} | {rate} |" in text
+        section = text.split(f"### {family}\n", 1)[1].split("\n### ", 1)[0]
+        for row, key in (("rows", "rows"), ("QA pairs", "qa_pairs"), ("shards", "shards")):
+            cells = " | ".join(_n(fam["splits"][k][key]) for k in ("RS_think", "RS_nothink", "rejected", "sft", "dpo"))
+            assert f"| {row} | {cells} |" in section
+        assert f"| accepted / rejected (whole family) | {_n(fam['accepted_qa'])} / {_n(fam['rejected_qa'])} |" in section
+        assert f"| accept rate | {rate} |" in section
+        tok = fam["tokens"]
+        assert f"| {family} | {_n(tok['samples'])} | {_n(tok['prompt'])} | {_n(tok['generated'])} |" in text
+        j = fam["judge"]
+        agreed = f"{fam['calibration']['agreed']}/{fam['calibration']['total']}" if fam["calibration"] else "–"
+        assert f"| {family} | {j['judged']} | {j['promoted']} | {j['wrong']} | {j['unsure']} | {agreed} |" in text
+    calib = stats["calibration"]
+    assert f"the judge agreed on {calib['agreed']}/{calib['total']}." in text
+    assert "- **CLEVRMath**: 15 QA pairs read, 11 kept; 3 dropped (`provenance_mismatch` 3)" in text
+    assert "prepare 10 s, generate 600 s, judge 60 s (total 670 s)" in text
+    # Every example comes from the rejected split and shows its image.
+    for image in re.findall(r"!\[\]\((assets/[^)]+)\)", text):
+        assert (layout.dataset / image).is_file()
+    assert (layout.dataset / "assets" / "stats.png").read_bytes().startswith(b"\x89PNG")
+    assert "This is a demo dataset" not in text
+
+
+def test_render_card_rebuilds_from_stats_on_disk(tmp_path):
+    write_scripted_run(tmp_path)
+    run_emit(scripted_recipe(tmp_path, demo=True, hub_dataset_id="someone/clevr-rs"))
+    layout = OutputLayout(tmp_path)
+    readme = layout.dataset / "README.md"
+    first = readme.read_bytes()
+    plot = (layout.dataset / "assets" / "stats.png").read_bytes()
+    text = first.decode()
+    assert "> **This is a demo dataset.**" in text
+    assert text.split("\n---\n", 1)[1].lstrip().startswith("# clevr-rs")
+    assert 'load_dataset("someone/clevr-rs", "CLEVRMath_sft", split="train")' in text
+
+    readme.unlink()
+    assert render_card(tmp_path) == readme
+    assert readme.read_bytes() == first  # same inputs, same bytes
+    assert (layout.dataset / "assets" / "stats.png").read_bytes() == plot
+
+    # The card follows stats.json: change a number there and re-render from the command line.
+    stats = json.loads(layout.stats_json.read_text())
+    stats["families"]["CLEVRMath"]["accepted_qa"] = 123456
+    layout.stats_json.write_text(json.dumps(stats))
+    out = subprocess.run([sys.executable, "-m", "rsgen", "card", str(tmp_path)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "| accepted / rejected (whole family) | 123,456 / 6 |" in readme.read_text()
+
+
+def test_card_without_judge_or_rejections(tmp_path):
+    write_scripted_run(tmp_path, judge=False)
+    run_emit(scripted_recipe(tmp_path, judge=False))
+    text = (OutputLayout(tmp_path).dataset / "README.md").read_text()
+    assert "agreed on" not in text and "(`judge: false`)" in text
+    assert "The model answered every question of this family correctly: the rejected split is empty." in text
+    assert "`AllRight_rejected`, `AllRight_dpo`: no rows, so not written" in text

@@ -1,0 +1,118 @@
+"""The judge stage end to end with a real tiny transformers model (a random zoo VLM): real loading through the
+generation loader, real batched generation, strict parsing, checkpoints, and SIGKILL + restart via the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from judge_helpers import Pair, make_recipe, write_output_dir
+
+from rsgen.judge import judge_summary, run_judge
+from rsgen.judge.prompt import render_judge_prompt
+from rsgen.judge.verdict import VERDICTS, parse_verdict
+from rsgen.layout import OutputLayout
+from rsgen.pipeline import distributed_state
+from rsgen.store import CheckpointStore
+
+pytestmark = pytest.mark.slow
+
+ARCH = "qwen2_vl"
+
+
+@pytest.fixture
+def tiny_model(tiny_vlm_factory):
+    return tiny_vlm_factory(ARCH)
+
+
+def pairs(n_rejected: int, n_accepted: int) -> list[Pair]:
+    out = [Pair(f"acc{i:03d}", [str(i)], match=True, extracted=str(i)) for i in range(n_accepted)]
+    out += [Pair(f"rej{i:03d}", [str(i)], match=False, extracted=f"{i + 1} apples") for i in range(n_rejected)]
+    out.append(Pair("none", ["1"], match=False, extracted=None, reason="no_answer"))
+    return out
+
+
+def test_end_to_end_with_a_tiny_model(tmp_path, tiny_model, capsys):
+    write_output_dir(tmp_path, pairs(6, 5))
+    recipe = make_recipe(tmp_path, model_name_or_path=tiny_model, judge_max_new_tokens=8,
+                         judge_calibration_size=3, enable_thinking=True)
+    run_judge(recipe, distributed_state())
+    records = CheckpointStore(OutputLayout(tmp_path).judge_work).records()
+    assert len(records) == 9
+    assert sum(r["kind"] == "calibration" for r in records.values()) == 3
+    assert "none" not in records
+
+    from rsgen.generate.models import load_config, load_processor
+
+    processor = load_processor(tiny_model, config=load_config(tiny_model))
+    for rec in records.values():
+        assert rec["verdict"] in VERDICTS
+        assert rec["verdict"] == parse_verdict(rec["response"], rec["hit_limit"])
+        assert 0 < rec["generated_tokens"] <= 8
+        assert rec["model"] == tiny_model
+        # The model saw exactly the text-only judge prompt: its token count is the chat-templated prompt's.
+        question = f"Question: how many things in scene {rec['id']}?\nAnswer in short without any other content."
+        prompt = render_judge_prompt(question, rec["reference"], rec["candidate"])
+        text = processor.apply_chat_template(
+            [{"role": "user", "content": [{"type": "text", "text": prompt}]}],
+            tokenize=False, add_generation_prompt=True, enable_thinking=True)
+        assert rec["prompt_tokens"] == len(processor.tokenizer(text, add_special_tokens=False)["input_ids"])
+    summary = judge_summary(tmp_path)
+    assert summary["judged"] == 6 and summary["calibration_total"] == 3
+    assert f"agreed on {summary['calibration_agreed']}/3" in capsys.readouterr().out
+
+
+def _write_recipe(root, model, **extra) -> str:
+    path = root / "recipe.yaml"
+    path.write_text(yaml.safe_dump({
+        "output_dir": str(root), "model_name_or_path": model, "judge_max_new_tokens": 12,
+        "judge_calibration_size": 4, "checkpoint_every_items": 1, "checkpoint_every_seconds": 1e9,
+        "max_batch_size": 1, **extra}))
+    return str(path)
+
+
+def _all_lines(store: CheckpointStore) -> list[dict]:
+    return [json.loads(line) for part in store.parts() for line in part.read_text().splitlines()]
+
+
+def test_sigkill_and_restart_loses_and_duplicates_nothing(tmp_path, tiny_model, capsys):
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    for root in (killed, clean):
+        root.mkdir()
+        write_output_dir(root, pairs(24, 8))
+    expected = 24 + 4
+    store = CheckpointStore(OutputLayout(killed).judge_work)
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "rsgen", "judge", "--config", _write_recipe(killed, tiny_model)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while len(store.parts()) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    _, err = proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
+    done_before = store.done_keys()
+    assert 3 <= len(done_before) < expected  # killed in the middle of the stage
+
+    # Restart (in this process, to save a second interpreter start-up).
+    recipe = make_recipe(killed, model_name_or_path=tiny_model, judge_max_new_tokens=12, judge_calibration_size=4)
+    run_judge(recipe, distributed_state())
+    assert f"{len(done_before)} already done" in capsys.readouterr().out
+    lines = _all_lines(store)
+    assert len(lines) == len({rec["key"] for rec in lines}) == expected  # nothing lost, nothing twice
+
+    # The interrupted run's records are the uninterrupted run's records (greedy, batch-invariant).
+    run_judge(make_recipe(clean, model_name_or_path=tiny_model, judge_max_new_tokens=12,
+                          judge_calibration_size=4), distributed_state())
+    reference = CheckpointStore(OutputLayout(clean).judge_work).records()
+    got = store.records()
+    assert got.keys() == reference.keys()
+    fields = ("verdict", "response", "prompt_tokens", "generated_tokens", "kind", "reference", "candidate")
+    assert {k: [got[k][f] for f in fields] for k in got} == {k: [reference[k][f] for f in fields] for k in got}

@@ -1,0 +1,78 @@
+"""Helpers for the prepare tests: small images drawn with PIL (including every kind of bad image), recipes."""
+
+import io
+import struct
+import zlib
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from rsgen.config import RecipeConfig, source_from_dict
+
+
+def encode(image: Image.Image, fmt: str = "PNG") -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def rgb_png(seed: int, size=(48, 32)) -> bytes:
+    """A distinct RGB PNG per seed."""
+    rng = np.random.default_rng(seed)
+    return encode(Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8), "RGB"))
+
+
+def bomb_png(width: int = 30000, height: int = 30000) -> bytes:
+    """A few hundred bytes whose header claims a huge image: a decompression bomb."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+
+
+def bad_images() -> dict[str, bytes]:
+    """Image bytes for each drop class (key = the reason prepare must report)."""
+    good = rgb_png(999, (64, 64))
+    return {
+        "image_undecodable": b"this is not an image",
+        "image_truncated": good[: len(good) // 2],
+        "image_zero_size": b"",
+        "image_aspect_ratio": encode(Image.new("RGB", (402, 2), "white")),
+        "image_too_many_pixels": bomb_png(),
+    }
+
+
+def mode_images() -> dict[str, bytes]:
+    """Image bytes for each converted mode (key = the conversion prepare must report)."""
+    return {
+        "image_mode_RGBA_to_RGB": encode(Image.new("RGBA", (16, 16), (255, 0, 0, 128))),
+        "image_mode_P_to_RGB": encode(Image.new("RGB", (16, 16), "blue").convert("P")),
+        "image_mode_LA_to_RGB": encode(Image.new("LA", (16, 16), (40, 200))),
+        "image_mode_L_to_RGB": encode(Image.new("L", (16, 16), 90)),
+        "image_mode_CMYK_to_RGB": encode(Image.new("CMYK", (16, 16), (0, 255, 255, 0)), "JPEG"),
+        "image_mode_I;16_to_RGB": encode(Image.fromarray(np.full((16, 16), 60000, dtype=np.uint16))),
+    }
+
+
+def make_recipe(output_dir, sources: list[dict], **kw) -> RecipeConfig:
+    """A recipe for prepare only (built directly: prepare needs no verifier or model)."""
+    kw.setdefault("prepare_num_proc", 1)
+    return RecipeConfig(
+        output_dir=str(output_dir), sources=[source_from_dict(s, i) for i, s in enumerate(sources)], **kw
+    )
+
+
+@pytest.fixture
+def tools():
+    return SimpleNamespace(
+        encode=encode,
+        rgb_png=rgb_png,
+        bomb_png=bomb_png,
+        bad_images=bad_images,
+        mode_images=mode_images,
+        make_recipe=make_recipe,
+    )
