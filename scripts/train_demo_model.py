@@ -206,19 +206,22 @@ def build_model(tokenizer, size: dict):
 # ----------------------------------------------------------------------------------------------- data
 
 
-def training_examples(num_images: int, judge_share: float, nothink_share: float, seed: int = TRAIN_SEED):
-    """SFT rows (prompt-completion, conversational) and the tokenizer corpus, deterministic for `seed`."""
+def training_examples(num_images: int, judge_share: float, nothink_share: float, batch_size: int, seed: int = TRAIN_SEED):
+    """SFT rows (prompt-completion, conversational) in training order, and the tokenizer corpus.
+
+    Deterministic for `seed`. Image questions and (longer, text-only) judge prompts go to separate batches, so a
+    batch is padded to similar lengths; the batches are shuffled, then trained in this order."""
     import io
 
     from PIL import Image as PILImage
 
     rng = random.Random(f"rsgen-demo-train:{seed}")
-    rows, corpus = [], []
+    vqa_rows, judge_rows, corpus = [], [], []
     for png, text, reasoning, answer, family in vqa_examples(seed, num_images):
         image = PILImage.open(io.BytesIO(png)).convert("RGB")
         thinking = rng.random() >= nothink_share
         content = completion_text(reasoning, answer) if thinking else completion_text("", answer)
-        rows.append(
+        vqa_rows.append(
             {
                 "prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}],
                 "completion": [{"role": "assistant", "content": [{"type": "text", "text": content}]}],
@@ -230,7 +233,7 @@ def training_examples(num_images: int, judge_share: float, nothink_share: float,
         if rng.random() < judge_share:
             prompt, judge_reasoning, verdict = judge_example(rng, text, answer, family)
             judge_content = completion_text(judge_reasoning, verdict)
-            rows.append(
+            judge_rows.append(
                 {
                     "prompt": [{"role": "user", "content": [{"type": "text", "text": prompt}]}],
                     "completion": [{"role": "assistant", "content": [{"type": "text", "text": judge_content}]}],
@@ -239,8 +242,12 @@ def training_examples(num_images: int, judge_share: float, nothink_share: float,
                 }
             )
             corpus += [prompt, judge_content]
-    rng.shuffle(rows)
-    return rows, corpus
+    batches = []
+    for rows in (vqa_rows, judge_rows):
+        rng.shuffle(rows)
+        batches += [rows[i : i + batch_size] for i in range(0, len(rows), batch_size)]
+    rng.shuffle(batches)
+    return [row for batch in batches for row in batch], corpus
 
 
 # ----------------------------------------------------------------------------------------------- training
@@ -259,7 +266,7 @@ def train(args) -> Path:
     from trl import SFTConfig, SFTTrainer
 
     started = time.perf_counter()
-    rows, corpus = training_examples(args.num_images, args.judge_share, args.nothink_share)
+    rows, corpus = training_examples(args.num_images, args.judge_share, args.nothink_share, args.batch_size)
     tokenizer = build_tokenizer(corpus)
     model, processor = build_model(tokenizer, SIZES[args.size])
     n_params = sum(p.numel() for p in model.parameters())
@@ -284,6 +291,7 @@ def train(args) -> Path:
         fp16=False,
         seed=0,
         data_seed=0,
+        train_sampling_strategy="sequential",  # the rows come in batches of like length (training_examples)
         remove_unused_columns=False,  # keeps `chat_template_kwargs` (thinking on/off per row)
         dataloader_num_workers=0,
         max_length=None,
@@ -442,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-steps", type=int, default=50)
     parser.add_argument("--judge-share", type=float, default=0.35)
     parser.add_argument("--nothink-share", type=float, default=0.1)
-    parser.add_argument("--threads", type=int, default=2)
+    # One thread: on a machine shared with other jobs two threads were 4x slower per step (oversubscription).
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--eval-only", action="store_true")
     parser.add_argument("--eval-images", type=int, default=150)
     parser.add_argument("--eval-seed", type=int, default=EVAL_SEED)

@@ -31,32 +31,39 @@ VERIFIER_TEXT = {
         "The official ChartQA metric. If both the prediction and the reference parse as numbers, the answer is "
         "correct when it lands within **5% relative tolerance** of the reference — chart values are read off axes, "
         "so exact digit agreement is not a fair requirement. Otherwise the two strings must match exactly after "
-        "lowercasing, trimming, and dropping a trailing period. When a question has several acceptable references, "
-        "matching any one of them counts.",
+        "lowercasing, trimming, and dropping a trailing period. Cases the official code leaves open are decided: "
+        "thousands separators and a leading `+` are read as numbers (`1,000` = 1000); a reference of 0 needs "
+        "exactly 0; `45%` matches both `45` and `0.45`; a unit on one side only (`12 kg` vs `12`) is ignored. "
+        "When a question has several acceptable references, matching any one of them counts.",
     ),
     "exact": (
         "exact match",
         "The prediction must equal a reference after the same light normalisation as `relaxed` (lowercasing, "
-        "trimming, dropping a trailing period), with no numeric tolerance: `3.0` does not match `3`.",
+        "trimming, dropping a trailing period), with no numeric reading: `1,000` does not match `1000` and `5.0` "
+        "does not match `5`. Any of several references counts.",
     ),
     "numeric": (
         "numeric equality",
-        "Prediction and reference must both parse as numbers and agree within a tolerance of **{numeric_tolerance}**. "
-        "A prediction that is not a number is a non-match.",
+        "Prediction and reference are read as numbers (thousands separators, `+`, currency, units and percent "
+        "read as in `relaxed`) and must agree within **{numeric_tolerance}** — absolute for references up to 1 in "
+        "magnitude, relative above: |prediction − reference| ≤ {numeric_tolerance} · max(1, |reference|). A "
+        "prediction that is not a number is wrong; a reference that is not a number is compared as `exact` "
+        "compares strings.",
     ),
     "mc": (
         "multiple choice",
         "The reference is a bare option letter. The model's answer must name exactly one option — as a letter "
-        "(`(B)`, `B.`, `B)`, `**B**`, `The answer is B`) or as the full text of exactly one option — and that "
-        "letter must equal the reference. Two different letters is a non-match with reason `mc_ambiguous`; no "
-        "recognisable letter is a non-match with reason `mc_no_letter`.",
+        "(`B`, `(B)`, `B.`, `**B**`, `B) sphere`, `The answer is B`) or, failing that, as the text of exactly one "
+        "option — and that letter must equal the reference. Two different letters is a non-match with reason "
+        "`mc_ambiguous`; no recognisable letter is a non-match with reason `mc_no_letter`.",
     ),
     "math": (
         "mathematical equivalence",
         "Prediction and reference are parsed and compared for mathematical equivalence with "
-        "[math-verify](https://github.com/huggingface/Math-Verify) (so `\\frac{{1}}{{2}}` matches `0.5`), with a time "
-        "limit of **{math_timeout_seconds} s** per item; a timeout is a non-match with reason `math_timeout`, never "
-        "a hang and never a pass.",
+        "[math-verify](https://github.com/huggingface/Math-Verify) (so `\\frac{{1}}{{2}}` matches `0.5`); answers "
+        "equal as strings or as plain numbers match directly. Each item has a hard time limit of "
+        "**{math_timeout_seconds} s**; a timeout is a non-match with reason `math_timeout`, never a hang and "
+        "never a pass.",
     ),
 }
 
@@ -169,9 +176,9 @@ def demo_banner(stats: dict[str, Any]) -> str:
     if not stats["card"].get("demo"):
         return ""
     return (
-        "\n> **This is a demo dataset.** It was made by `rsgen demo` from a procedurally drawn pool with the tiny "
-        "model that ships with rsgen. Its numbers show the pipeline at work, not the quality of a real model; do "
-        "not train on it.\n"
+        "\n> **This is a demo dataset.** It was made to show the rsgen pipeline at work (`demo: true` in its recipe), "
+        "typically from the procedurally drawn demo pool with the tiny model that ships with rsgen. Its numbers say "
+        "nothing about the quality of a real model; do not train on it.\n"
     )
 
 
@@ -266,12 +273,12 @@ def production(stats: dict[str, Any]) -> str:
 
 def matching(stats: dict[str, Any]) -> str:
     text = [
-        "Before any comparison the final answer is extracted from the raw response: reasoning inside "
-        "`<think>…</think>` is removed (only what follows the last closing tag counts, and reasoning that never "
-        "closes means there is no answer); then the answer is the content of `<answer>…</answer>`, else the last "
-        "`\\boxed{…}`, else what follows an explicit final-answer phrase (\"The answer is …\", \"Answer: …\"), "
-        "else the whole remaining text. A response with nothing extractable — typically reasoning cut off at the "
-        "token limit — is rejected with reason `no_answer`.",
+        "Before any comparison the final answer is extracted from the raw response: reasoning is removed (only "
+        "what follows the last `</think>` counts, and reasoning that never closes means there is no answer); "
+        "then the answer is the content of the last `<answer>…</answer>`, else the last `\\boxed{…}`, else what "
+        "follows the last explicit final-answer phrase (\"The answer is …\", \"Answer: …\", \"Final answer: …\"), "
+        "else the whole remaining text, trimmed. A response with nothing extractable — typically reasoning cut "
+        "off at the token limit — is rejected with reason `no_answer`.",
     ]
     params = stats["verify"]
     for name, families in _verifier_names(stats).items():
@@ -360,16 +367,18 @@ def training_section(stats: dict[str, Any]) -> str:
     return f"""The `_sft` and `_dpo` configs are in the formats TRL's trainers take as they are:
 
 ```python
+import torch
 from datasets import load_dataset
 from transformers import AutoModelForImageTextToText, AutoProcessor
 from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
 model_id = "Qwen/Qwen2.5-VL-3B-Instruct"  # any image-text-to-text model with a chat template
 processor = AutoProcessor.from_pretrained(model_id)
+cpu = not torch.cuda.is_available()
 
 sft = SFTTrainer(
     model=AutoModelForImageTextToText.from_pretrained(model_id),
-    args=SFTConfig(output_dir="sft", max_length=None),
+    args=SFTConfig(output_dir="sft", max_length=None, use_cpu=cpu, bf16=not cpu),
     train_dataset=load_dataset("{repo}", "{family}_sft", split="train"),
     processing_class=processor,
 )
@@ -377,12 +386,14 @@ sft.train()
 
 dpo = DPOTrainer(
     model=AutoModelForImageTextToText.from_pretrained(model_id),
-    args=DPOConfig(output_dir="dpo", max_length=None),
+    args=DPOConfig(output_dir="dpo", max_length=None, use_cpu=cpu, bf16=not cpu),
     train_dataset=load_dataset("{repo}", "{family}_dpo", split="train"),
     processing_class=processor,
 )
 dpo.train()
-```"""
+```
+
+`max_length=None` keeps every image token (truncating inside an image breaks the batch)."""
 
 
 def _image_extension(data: bytes) -> str:
@@ -406,15 +417,17 @@ def read_example_rows(dataset_dir: Path, config: str, count: int) -> list[dict[s
 
 def examples_section(stats: dict[str, Any], dataset_dir: Path) -> str:
     count = stats["card"]["num_card_examples"]
+    if count <= 0:
+        return "No examples are shown (`num_card_examples: 0` in the recipe)."
     assets = dataset_dir / "assets"
     out = []
     for family, fam in stats["families"].items():
         config = fam["splits"]["rejected"]["config"]
         out.append(f"### {family} (`{config}`)")
-        rows = read_example_rows(dataset_dir, config, count)
-        if not rows:
+        if not fam["splits"]["rejected"]["rows"]:
             out += ["", "The model answered every question of this family correctly: the rejected split is empty.", ""]
             continue
+        rows = read_example_rows(dataset_dir, config, count)
         for i, row in enumerate(rows, start=1):
             data = row["image"]["bytes"]
             name = f"{config}_example_{i}.{_image_extension(data)}"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsgen.config import RecipeError
-from rsgen.judge.routing import CALIBRATION_PREFIX, needs_judging, route
+from rsgen.judge.routing import CALIBRATION_PREFIX, JudgeMissingError, needs_judging, route
 from rsgen.store import CheckpointStore
 
 # Generate-record fields emit keeps in memory (the rest of a record is not needed).
@@ -98,7 +98,10 @@ def route_pair(qa: dict[str, Any], work: WorkRecords) -> PairOutcome:
                 f"(prepared {qa['question']!r}, generate record {rec['key']!r} has {rec['question']!r}); "
                 "the work files belong to another prepared pool"
             )
-    decisions = [route(rec, work.judge.get(rec["key"]), work.judge_enabled) for rec in samples]
+    try:
+        decisions = [route(rec, work.judge.get(rec["key"]), work.judge_enabled) for rec in samples]
+    except JudgeMissingError as err:
+        raise EmitError(str(err)) from err
     for rec, (accepted, _reason) in zip(samples, decisions):
         if accepted:
             via = "verifier" if rec["match"] else "judge"

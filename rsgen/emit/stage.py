@@ -143,7 +143,8 @@ def plan_families(prepared, work: WorkRecords, recipe: RecipeConfig) -> tuple[di
 def write_family(prepared, plan: FamilyPlan, recipe: RecipeConfig, dataset_dir: Path) -> None:
     """Pass 2: write the five configs of one family."""
     writers = {
-        kind: ShardedParquetWriter(dataset_dir, split.config, config_features(kind), split.rows, split.shards)
+        kind: ShardedParquetWriter(dataset_dir, split.config, config_features(kind), split.rows, split.shards,
+                                   split.planned_bytes)
         for kind, split in plan.plans.items()
         if split.rows
     }
@@ -173,6 +174,10 @@ def run_emit(recipe: RecipeConfig) -> Path:
     """Write OUTPUT_DIR/dataset/ (splits, TRL views, card, assets) and OUTPUT_DIR/stats.json; push if asked."""
     from rsgen.prepare import load_prepared
 
+    if recipe.push_to_hub:  # fail before writing anything when the push cannot happen
+        from rsgen.emit.push import check_hub_access
+
+        check_hub_access(recipe)
     layout = OutputLayout(recipe.output_dir)
     prepared = load_prepared(recipe.output_dir)
     work = WorkRecords.load(layout.generate_work, layout.judge_work, judge_enabled=recipe.judge,

@@ -209,16 +209,14 @@ class GenerationEngine:
 
     def _generation_config(self) -> GenerationConfig:
         sample = self.temperature > 0
-        # Every logits-shaping field is set explicitly: generate() fills unset fields from the model's own
+        # Every logits-shaping field is set explicitly: generate() fills unset (None) fields from the model's own
         # generation_config, which may carry a repetition penalty or top_k that the recipe did not ask for.
+        # Sampling-only fields stay unset under greedy decoding, where they do nothing (and setting them warns).
+        sampling = dict(temperature=self.temperature, top_p=self.top_p, top_k=0, min_p=0.0, typical_p=1.0)
         return GenerationConfig(
             max_new_tokens=self.max_new_tokens,
             do_sample=sample,
-            temperature=self.temperature if sample else 1.0,
-            top_p=self.top_p if sample else 1.0,
-            top_k=0,
-            min_p=0.0,
-            typical_p=1.0,
+            **(sampling if sample else {}),
             repetition_penalty=1.0,
             no_repeat_ngram_size=0,
             num_beams=1,
@@ -337,7 +335,23 @@ class GenerationEngine:
     # ------------------------------------------------------------------ encoding
 
     def encode(self, items: list[_Measured]) -> _Encoded:
-        """Decode images and run the processor for one batch (runs in a worker thread)."""
+        """Decode images and run the processor for one batch (runs in a worker thread). A request the processor
+        refuses (e.g. a question that itself contains an image placeholder) is named in the error."""
+        try:
+            return self._encode(items)
+        except Exception as exc:
+            for item in items if len(items) > 1 else []:
+                try:
+                    self._encode([item])
+                except Exception as single_exc:
+                    exc = single_exc
+                    items = [item]
+                    break
+            raise ValueError(
+                f"the processor could not prepare request {items[0].request.key!r}: {exc}"
+            ) from exc
+
+    def _encode(self, items: list[_Measured]) -> _Encoded:
         processor, tokenizer = self._local()
         texts = [m.text for m in items]
         kwargs: dict[str, Any] = {"padding": True, "return_tensors": "pt"}

@@ -56,12 +56,20 @@ def sample_key(qa_id: str, sample: int, num_samples: int) -> str:
     return qa_id if num_samples == 1 else f"{qa_id}#{sample}"
 
 
-def work_items(prepared, num_samples: int) -> list[WorkItem]:
-    """Every (QA pair, sample) of the prepared pool, in the pool's stable order."""
-    items: list[WorkItem] = []
+def _rows(prepared, columns: list[str], batch_size: int = 1024) -> Iterator[tuple[int, dict]]:
+    """(row index, row) over some columns, read in Arrow batches (much faster than row by row)."""
+    index = 0
+    for batch in prepared.select_columns(columns).iter(batch_size=batch_size):
+        for values in zip(*(batch[c] for c in columns)):
+            yield index, dict(zip(columns, values))
+            index += 1
+
+
+def ordered_keys(prepared, num_samples: int) -> list[str]:
+    """Every work key of the prepared pool (each QA pair, each sample), in the pool's stable order."""
+    keys: list[str] = []
     seen: dict[str, int] = {}
-    meta = prepared.select_columns(["family", "qa"])
-    for row_index, row in enumerate(meta):
+    for row_index, row in _rows(prepared, ["qa"]):
         for qa in row["qa"]:
             qa_id = qa["id"]
             if qa_id in seen:
@@ -70,19 +78,31 @@ def work_items(prepared, num_samples: int) -> list[WorkItem]:
                     "ids must be unique: rerun `rsgen prepare` into a fresh output_dir"
                 )
             seen[qa_id] = row_index
+            keys.extend(sample_key(qa_id, sample, num_samples) for sample in range(num_samples))
+    return keys
+
+
+def work_items(prepared, num_samples: int, wanted: set[str]) -> list[WorkItem]:
+    """The items of the `wanted` keys, in the pool's order (only these are kept in memory: a rank needs the
+    question and answers of its own pending items, not of the whole pool)."""
+    items: list[WorkItem] = []
+    for row_index, row in _rows(prepared, ["family", "qa"]):
+        for qa in row["qa"]:
             for sample in range(num_samples):
-                items.append(
-                    WorkItem(
-                        key=sample_key(qa_id, sample, num_samples),
-                        id=qa_id,
-                        sample=sample,
-                        row=row_index,
-                        family=row["family"],
-                        question=qa["question"],
-                        answers=tuple(qa["answers"]),
-                        options=tuple(qa["options"] or ()),
+                key = sample_key(qa["id"], sample, num_samples)
+                if key in wanted:
+                    items.append(
+                        WorkItem(
+                            key=key,
+                            id=qa["id"],
+                            sample=sample,
+                            row=row_index,
+                            family=row["family"],
+                            question=qa["question"],
+                            answers=tuple(qa["answers"]),
+                            options=tuple(qa["options"] or ()),
+                        )
                     )
-                )
     return items
 
 
@@ -163,12 +183,11 @@ def run_generate(recipe: RecipeConfig, state=None) -> GenerateRunSummary:
     rank, world = state.process_index, state.num_processes
     layout = OutputLayout(recipe.output_dir)
     prepared = load_prepared(recipe.output_dir)
-    items = work_items(prepared, recipe.num_samples)
-    by_key = {item.key: item for item in items}
+    keys = ordered_keys(prepared, recipe.num_samples)
     store = CheckpointStore(layout.generate_work)
-    mine = shard_for_rank([item.key for item in items], rank, world)
+    mine = shard_for_rank(keys, rank, world)
     done = store.done_keys()
-    pending = [by_key[k] for k in mine if k not in done]
+    pending = work_items(prepared, recipe.num_samples, {k for k in mine if k not in done})
     summary = GenerateRunSummary(rank, world, assigned=len(mine), already_done=len(mine) - len(pending))
     for item in pending:  # a bad verifier mapping fails here, before any model work
         recipe.verifier_for(item.family)
@@ -180,7 +199,7 @@ def run_generate(recipe: RecipeConfig, state=None) -> GenerateRunSummary:
 
     state.wait_for_everyone()
     if state.is_main_process:
-        print_summary_table(store, summary, total_items=len(items))
+        print_summary_table(store, summary, total_items=len(keys))
     return summary
 
 

@@ -1,10 +1,10 @@
 """The verifiers as an `evaluate` metric module, loadable offline from the installed package:
 
-    import evaluate
-    from rsgen.metrics import metric_path
+import evaluate
+from rsgen.metrics import metric_path
 
-    metric = evaluate.load(metric_path(), "relaxed")   # or exact, numeric, mc, math
-    metric.compute(predictions=["<think>...</think>The answer is 12"], references=[["12"]])
+metric = evaluate.load(metric_path(), "relaxed")   # or exact, numeric, mc, math
+metric.compute(predictions=["<think>...</think>The answer is 12"], references=[["12"]])
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
-import logging
 import os
 import shutil
 import time
@@ -38,10 +38,8 @@ from rsgen.prepare.cleaning import (
 )
 from rsgen.prepare.images import ImageJob, ImagePack, ImageResult, encode_pil, process_images
 from rsgen.prepare.sources import RawRow, describe_source, iter_raw_rows, source_where
-from rsgen.prepare.writer import SHARD_GLOB, ShardWriter, SpillBuckets
+from rsgen.prepare.writer import SHARD_GLOB, ExternalSorter, ShardWriter
 from rsgen.schema import POLICY_VERSION
-
-log = logging.getLogger("rsgen.prepare")
 
 UNKNOWN_FAMILY = "(unknown)"
 BATCH_IMAGES = 64  # images per batch handed to the workers
@@ -87,7 +85,9 @@ class Report:
         self.images = {"checked": 0, "dropped": Counter(), "converted": Counter()}
 
     def _tallies(self, family: str, source: int) -> tuple[Tally, ...]:
-        return self.total, self.families.setdefault(family, Tally()), self.sources[source]
+        if family not in self.families:
+            self.families[family] = Tally()
+        return self.total, self.families[family], self.sources[source]
 
     def read(self, family: str, source: int, n: int = 1) -> None:
         for t in self._tallies(family, source):
@@ -254,7 +254,7 @@ def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
     if not force:
         finished = _finished_report(layout, fingerprint)
         if finished is not None:
-            log.info("prepare: %s is finished for this recipe; reusing it", layout.prepared)
+            print(f"prepare: {layout.prepared} is finished for this recipe; reusing it", flush=True)
             return finished
     rules = [SourceRules.from_source(s, recipe.instruction, source_where(i)) for i, s in enumerate(recipe.sources)]
     start = time.perf_counter()
@@ -263,15 +263,14 @@ def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
     work = partial / "_work"
     work.mkdir(parents=True)
     report = Report(len(recipe.sources))
-    qa_buckets = SpillBuckets(work / "qa")
-    id_buckets = SpillBuckets(work / "source_ids")
+    qa_sorter = ExternalSorter(work / "qa")
+    id_sorter = ExternalSorter(work / "source_ids")
     with ImagePack(work / "images.bin") as pack:
         with ImageWorkers(recipe.prepare_num_proc) as workers:
-            _Pass1(recipe, rules, report, pack, qa_buckets, id_buckets).run(workers)
-        qa_buckets.flush()
-        conflicts = _source_id_conflicts(id_buckets)
+            _Pass1(recipe, rules, report, pack, qa_sorter, id_sorter).run(workers)
+        conflicts = _source_id_conflicts(id_sorter)
         writer = ShardWriter(partial, max_shard_bytes=recipe.shard_size_mb * 1_000_000)
-        _write_rows(recipe, report, qa_buckets, conflicts, pack, writer)
+        _write_rows(recipe, report, qa_sorter, conflicts, pack, writer)
         shards = writer.close()
     shutil.rmtree(work)
     elapsed = time.perf_counter() - start
@@ -280,23 +279,24 @@ def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
     (partial / REPORT_NAME).write_text(json.dumps(out, indent=2, sort_keys=False) + "\n")
     shutil.rmtree(layout.prepared, ignore_errors=True)
     os.replace(partial, layout.prepared)
-    log.info(
-        "prepare: %d rows, %d QA pairs kept of %d (%d dropped, %d merged) in %.1f s",
-        writer.rows, out["kept_qa_pairs"], out["input_qa_pairs"], out["dropped_qa_pairs"], out["merged_qa_pairs"], elapsed,
+    print(
+        f"prepare: {writer.rows} images, {out['kept_qa_pairs']} of {out['input_qa_pairs']} QA pairs kept "
+        f"({out['dropped_qa_pairs']} dropped, {out['merged_qa_pairs']} merged) in {elapsed:.1f} s -> {layout.prepared}",
+        flush=True,
     )
     return out
 
 
 class _Pass1:
-    """Stream the sources, check text and images, spill survivors to buckets."""
+    """Stream the sources, check text and images, hand survivors to the external sort."""
 
-    def __init__(self, recipe, rules, report, pack: ImagePack, qa_buckets, id_buckets):
+    def __init__(self, recipe, rules, report, pack: ImagePack, qa_sorter: ExternalSorter, id_sorter: ExternalSorter):
         self.recipe = recipe
         self.rules = rules
         self.report = report
         self.pack = pack
-        self.qa_buckets = qa_buckets
-        self.id_buckets = id_buckets
+        self.qa_sorter = qa_sorter
+        self.id_sorter = id_sorter
         # Recent images: key -> (result, location in the pack). Pools that repeat an image on every question's
         # row (flat pools) check and store it once.
         self.cache: OrderedDict[tuple, tuple[ImageResult, tuple[int, int] | None]] = OrderedDict()
@@ -321,10 +321,14 @@ class _Pass1:
         return family, None
 
     def _pendings(self) -> Iterator[Pending]:
+        from tqdm.auto import tqdm
+
         report = self.report
+        progress = tqdm(desc="prepare", unit=" rows", disable=None, mininterval=2.0)  # disable=None: TTY only
         for source_index, source in enumerate(self.recipe.sources):
             rules = self.rules[source_index]
             for row in iter_raw_rows(source, source_index):
+                progress.update()
                 report.source_rows[source_index] += 1
                 family, family_reason = self._family(source_index, row.family)
                 seqs = list(range(self.seq, self.seq + len(row.qas)))
@@ -343,6 +347,7 @@ class _Pass1:
                         report.drop(family, source_index, checked.reason)
                 if survivors:
                     yield Pending(source_index, family, row, survivors)
+        progress.close()
 
     def _batches(self) -> Iterator[Batch]:
         batch = Batch()
@@ -427,14 +432,14 @@ class _Pass1:
                 report.convert(family, src, what)
             steps = sorted(qa.steps | image_steps | ({"provenance"} if source.source_id_column else set()))
             record = {
-                "seq": seq, "sha": sha, "off": offset, "len": length, "src": src, "rid": source_row_id,
+                "seq": seq, "off": offset, "len": length, "src": src, "rid": source_row_id,
                 "q": qa.question, "a": qa.answers, "o": qa.options, "steps": steps,
             }
-            self.qa_buckets.add(f"{family}/{sha[:2]}", record)
+            self.qa_sorter.add(f"{family}/{sha}", record)
         if source.source_id_column and pending.row.source_key is not None:
-            key = f"{src}\x1f{pending.row.source_key}"
-            bucket = hashlib.sha256(key.encode()).hexdigest()[:2]
-            self.id_buckets.add(bucket, {"k": key, "sha": sha, "seqs": [s for s, _, _ in pending.qas]})
+            # Keyed by a hash: source ids are arbitrary text, sort keys must not contain the separator.
+            key = hashlib.sha256(f"{src}\n{pending.row.source_key}".encode()).hexdigest()
+            self.id_sorter.add(key, {"sha": sha, "seqs": [s for s, _, _ in pending.qas]})
 
 
 def _existing(ref: str, bases: tuple[str, ...]) -> str | None:
@@ -442,49 +447,43 @@ def _existing(ref: str, bases: tuple[str, ...]) -> str | None:
     return path if os.path.isfile(path) else None
 
 
-def _source_id_conflicts(id_buckets: SpillBuckets) -> set[int]:
+def _source_id_conflicts(id_sorter: ExternalSorter) -> set[int]:
     """Seqs of QA pairs whose source id is also recorded on a different image: the id does not resolve to one
     image, so none of its QA pairs can be trusted to belong to theirs."""
     bad: set[int] = set()
-    for bucket in id_buckets.keys():
-        images: dict[str, set[str]] = {}
-        seqs: dict[str, list[int]] = {}
-        for record in id_buckets.read(bucket):
-            images.setdefault(record["k"], set()).add(record["sha"])
-            seqs.setdefault(record["k"], []).extend(record["seqs"])
-        for key, shas in images.items():
-            if len(shas) > 1:
-                bad.update(seqs[key])
+    for _, group in itertools.groupby(id_sorter, key=lambda item: item[0]):
+        records = [record for _, record in group]
+        if len({r["sha"] for r in records}) > 1:
+            bad.update(seq for r in records for seq in r["seqs"])
     return bad
 
 
-def _write_rows(recipe, report: Report, qa_buckets: SpillBuckets, conflicts: set[int], pack: ImagePack, writer) -> None:
+def _write_rows(recipe, report: Report, qa_sorter: ExternalSorter, conflicts: set[int], pack: ImagePack, writer) -> None:
+    """Pass 2: QA pairs arrive grouped by (family, image); merge duplicates and write one row per image."""
     descriptors = [describe_source(s) for s in recipe.sources]
-    for key in qa_buckets.keys():
-        family = key.split("/", 1)[0]
-        by_image: dict[str, list[SpilledQA]] = {}
-        locations: dict[str, tuple[int, int]] = {}
-        for r in qa_buckets.read(key):
-            locations.setdefault(r["sha"], (r["off"], r["len"]))
+    for key, group in itertools.groupby(qa_sorter, key=lambda item: item[0]):
+        family, sha = key.split("/", 1)
+        qas = []
+        location = None
+        for _, r in group:
+            location = location or (r["off"], r["len"])
             qa = SpilledQA(r["seq"], r["src"], r["rid"], r["q"], r["a"], r["o"], r["steps"])
             if qa.seq in conflicts:
                 report.drop(family, qa.source_index, "provenance_source_id_conflict")
-                continue
-            by_image.setdefault(r["sha"], []).append(qa)
-        for sha in sorted(by_image):
-            kept, dropped, merged = merge_duplicates(by_image[sha])
-            for qa, reason in dropped:
-                report.drop(family, qa.source_index, reason)
-            for qa in merged:
-                report.merge(family, qa.source_index, "duplicate_question")
-            if not kept:
-                continue
-            for qa in kept:
-                report.keep(family, qa.source_index)
-            image = pack.read(*locations[sha])
-            row = _row(family, sha, image, kept, descriptors)
-            report.family_rows[family] += 1
-            writer.add(row, len(image) + sum(len(q.question) + 64 for q in kept))
+            else:
+                qas.append(qa)
+        kept, dropped, merged = merge_duplicates(qas)
+        for qa, reason in dropped:
+            report.drop(family, qa.source_index, reason)
+        for qa in merged:
+            report.merge(family, qa.source_index, "duplicate_question")
+        if not kept:
+            continue
+        for qa in kept:
+            report.keep(family, qa.source_index)
+        image = pack.read(*location)
+        report.family_rows[family] += 1
+        writer.add(_row(family, sha, image, kept, descriptors), len(image) + sum(len(q.question) + 64 for q in kept))
 
 
 def _distinct(values) -> list:

@@ -1,13 +1,15 @@
 """Bounded-memory grouping and the parquet shards of the prepared pool.
 
-Grouping QA pairs by image without holding the pool in memory is an external hash partition: every QA pair is
-appended (as one JSON line, text only) to a bucket file chosen by its family and the first two hex digits of its
-image's sha256, while the image bytes sit once in a content-addressed folder. A bucket then holds about 1/256 of
-a family's QA text and is grouped in memory; rows come out sorted by (family, sha256), the same order on every run.
+Grouping QA pairs by image without holding the pool in memory is an external sort: every QA pair (text and the
+location of its image in the pack file, never the image itself) is keyed by (family, image sha256) and sorted
+in runs of bounded size; merging the runs yields each image's QA pairs together, in (family, sha256) order, the
+same order on every run. A handful of run files, not one file per bucket or image: creating many small files
+is slow on ordinary disks.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 from collections.abc import Iterator
@@ -20,50 +22,59 @@ from rsgen.schema import PREPARED_FEATURES
 
 SHARD_PATTERN = "data-{index:05d}-of-{total:05d}.parquet"
 SHARD_GLOB = "data-*-of-*.parquet"
+KEY_END = "\x1f"  # separates a sort key from the record; never inside a key (keys are family names and hex)
 
 
-class SpillBuckets:
-    """Append-only text buckets on disk, buffered in memory up to `max_buffer_bytes` in all."""
+class ExternalSorter:
+    """Sort records larger than memory: buffer up to `max_buffer_bytes`, write each full buffer as a sorted run
+    file, then merge the runs in one streaming pass. Records come back in key order (ties in insertion order)."""
 
-    def __init__(self, directory: str | os.PathLike, max_buffer_bytes: int = 16 << 20):
+    def __init__(self, directory: str | os.PathLike, max_buffer_bytes: int = 8 << 20):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_buffer_bytes = max_buffer_bytes
-        self._buffers: dict[str, list[str]] = {}
+        self._lines: list[str] = []
         self._buffered = 0
-        self._keys: set[str] = set()
-
-    def _path(self, key: str) -> Path:
-        return self.directory / f"{key}.jsonl"
+        self._runs: list[Path] = []
+        self._count = 0
 
     def add(self, key: str, record: dict) -> None:
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
-        self._buffers.setdefault(key, []).append(line)
-        self._keys.add(key)
+        # The key leads the line, so sorting lines sorts records; a counter keeps equal keys in arrival order.
+        line = f"{key}{KEY_END}{self._count:012d}{KEY_END}{json.dumps(record, ensure_ascii=False, separators=(',', ':'))}\n"
+        self._count += 1
+        self._lines.append(line)
         self._buffered += len(line)
-        if self._buffered > self.max_buffer_bytes:
-            self.flush()
+        if self._buffered >= self.max_buffer_bytes:
+            self._write_run()
 
-    def flush(self) -> None:
-        for key in sorted(self._buffers):
-            path = self._path(key)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a", encoding="utf-8") as f:
-                f.writelines(self._buffers[key])
-        self._buffers.clear()
+    def _write_run(self) -> None:
+        if not self._lines:
+            return
+        self._lines.sort()
+        path = self.directory / f"run-{len(self._runs):05d}.txt"
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(self._lines)
+        self._runs.append(path)
+        self._lines = []
         self._buffered = 0
 
-    def keys(self) -> list[str]:
-        return sorted(self._keys)
-
-    def read(self, key: str) -> Iterator[dict]:
-        self.flush()
-        path = self._path(key)
-        if not path.exists():
-            return
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                yield json.loads(line)
+    def __iter__(self) -> Iterator[tuple[str, dict]]:
+        """(key, record) in key order."""
+        if not self._runs:  # everything fit in memory: no need to touch the disk
+            self._lines.sort()
+            lines: Iterator[str] = iter(self._lines)
+            files = []
+        else:
+            self._write_run()
+            files = [open(p, encoding="utf-8") for p in self._runs]
+            lines = heapq.merge(*files)
+        try:
+            for line in lines:
+                key, _, rest = line.partition(KEY_END)
+                yield key, json.loads(rest.partition(KEY_END)[2])
+        finally:
+            for f in files:
+                f.close()
 
 
 class ShardWriter:

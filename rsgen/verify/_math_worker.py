@@ -66,7 +66,9 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     warnings.simplefilter("ignore")
-    logging.disable(logging.WARNING)  # math-verify warns once that its own timeouts are off: they are, on purpose
+    logging.disable(
+        logging.WARNING
+    )  # math-verify warns once that its own timeouts are off: they are, on purpose
     try:
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         limit = MEMORY_LIMIT_BYTES if hard == resource.RLIM_INFINITY else min(MEMORY_LIMIT_BYTES, hard)
@@ -102,7 +104,7 @@ def main() -> int:
             status = "timeout"  # out of resources for this item: the same outcome as running out of time
         except Exception:
             status = "error"
-        out.write('{"status": "%s"}\n' % status)
+        out.write(json.dumps({"status": status}) + "\n")
         out.flush()
     return 0
 

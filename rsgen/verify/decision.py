@@ -9,7 +9,9 @@ WRONG_ANSWER = "wrong_answer"
 MC_AMBIGUOUS = "mc_ambiguous"  # two different option letters in one answer
 MC_NO_LETTER = "mc_no_letter"  # no option letter and no option text found
 MATH_TIMEOUT = "math_timeout"  # math-verify ran past its time (or memory) limit for this item
-BAD_INPUT = "bad_input"  # a prediction/reference that is not usable text (None reference, number, empty list...)
+BAD_INPUT = (
+    "bad_input"  # a prediction/reference that is not usable text (None reference, number, empty list...)
+)
 
 REASONS = (NO_ANSWER, WRONG_ANSWER, MC_AMBIGUOUS, MC_NO_LETTER, MATH_TIMEOUT, BAD_INPUT)
 

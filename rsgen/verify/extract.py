@@ -9,9 +9,9 @@ Order (the first step that applies wins, later steps work on what the earlier on
 2. `<answer>...</answer>`: the content of the last such block. An `<answer>` never closed keeps what follows
    it (small models often stop right after the answer); a lone `</answer>` keeps what precedes it.
 3. The last `\\boxed{...}` (or `\\fbox{...}`) with balanced braces, nested braces included. A box cut off
-   before its closing brace is skipped in favour of an earlier complete one.
+   before its closing brace is skipped in favour of an earlier complete one; an empty box is no answer.
 4. The last explicit final-answer phrase: "The answer is ...", "Answer: ...", "Final answer: ..."
-   (any case, markdown bold allowed around it). The answer is the rest of that line (or the next
+   (any case, markdown bold allowed around it; among the last 256 occurrences of the word "answer"). The answer is the rest of that line (or the next
    non-empty line when the phrase ends its line), cut at the first sentence end (". " / "! " / "? ").
 5. Otherwise the whole remaining text.
 
@@ -26,27 +26,37 @@ import re
 
 from rsgen.verify.decision import BAD_INPUT, NO_ANSWER, Extraction
 
-_END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "</s>", "<|end_of_text|>")
+_END_MARKERS = (
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "</s>",
+    "<|end_of_text|>",
+)
 
 # Tested on a lowercased window right after a case variant of "answer" (rfind is far faster than an
 # IGNORECASE search over a long response).
 _PHRASE_TAIL_RE = re.compile(r"\**\s*(?:is\b(?!n['’]t)\**\s*:?|would\s+be\b\s*:?|will\s+be\b\s*:?|[:：])\**")
 _PHRASE_WINDOW = 48
-_ANSWER_VARIANTS = ("answer", "Answer", "ANSWER")
+_MAX_PHRASE_CANDIDATES = 256  # occurrences of "answer" examined from the end; bounds the work on junk text
 _SENTENCE_END_RE = re.compile(r"[.!?](?=\s)")
 _TRIM_CHARS = " \t\r\n\f\v*_`"
 
 _NO_ANSWER = Extraction(None, NO_ANSWER)
 _BAD_INPUT = Extraction(None, BAD_INPUT)
+_new = (
+    tuple.__new__
+)  # Extraction(x) through its Python-level __new__ costs twice as much; this is the hot path
 
 
 def extract_answer(response: str) -> Extraction:
     """The final answer in `response` (see the module docstring for the rules), or a reason there is none."""
     if type(response) is not str:
-        if isinstance(response, str):
-            response = str(response)
-        else:
+        if not isinstance(response, str):
             return _BAD_INPUT
+        response = str(response)  # a str subclass
     text = response
     if "<" in text:
         text = _strip_reasoning(text)
@@ -58,16 +68,17 @@ def extract_answer(response: str) -> Extraction:
         boxed = _last_boxed(text)
         if boxed is not None:
             boxed = boxed.strip()
-            if boxed:
-                return Extraction(boxed)
-    if "nswer" in text or "NSWER" in text:
-        phrase = _after_last_phrase(text)
+            return _new(Extraction, (boxed, None)) if boxed else _NO_ANSWER
+    lower_hit = text.rfind("nswer")
+    upper_hit = text.rfind("NSWER")
+    if lower_hit > 0 or upper_hit > 0:
+        phrase = _after_last_phrase(text, lower_hit, upper_hit)
         if phrase is not None:
             text = phrase
     text = text.strip(_TRIM_CHARS)
     if not text:
         return _NO_ANSWER
-    return Extraction(text)
+    return _new(Extraction, (text, None))
 
 
 def _strip_reasoning(text: str) -> str | None:
@@ -78,14 +89,14 @@ def _strip_reasoning(text: str) -> str | None:
         close = text.find(">", i)
         if close >= 0 and text[i + 7 : close] in ("", "ing"):
             cut = close + 1
-    i = text.rfind("</reasoning>")
-    if i >= 0 and i + 12 > cut:
+    i = text.rfind("</reasoning>", max(cut, 0))  # one before the last </think> would not matter
+    if i >= 0:
         cut = i + 12
     if cut >= 0:
         text = text[cut:]
     if "<think" in text or "<reasoning>" in text:
         return None
-    if text.endswith(_END_MARKERS) or text.rstrip().endswith(_END_MARKERS):
+    if text[-1:] == ">" or (text[-1:].isspace() and text.rstrip()[-1:] == ">"):  # cheap test before the markers
         text = text.rstrip()
         while text.endswith(_END_MARKERS):
             for marker in _END_MARKERS:
@@ -108,62 +119,76 @@ def _answer_tag_content(text: str) -> str:
 
 
 def _last_boxed(text: str) -> str | None:
-    """Content of the last complete \\boxed{...}/\\fbox{...} in `text`, nested braces included."""
-    best_start, best_content = -1, None
-    for opener in ("\\boxed", "\\fbox"):
-        search_end = len(text)
-        while True:
-            i = text.rfind(opener, 0, search_end)
-            if i <= best_start:  # also i < 0
-                break
-            content = _braced_content(text, i + len(opener))
-            if content is not None:
-                best_start, best_content = i, content
-                break
-            search_end = i
-    return best_content
+    """Content of the last complete \\boxed{...}/\\fbox{...} in `text`, nested braces included.
 
-
-def _braced_content(text: str, pos: int) -> str | None:
-    n = len(text)
-    while pos < n and text[pos] == " ":
-        pos += 1
-    if pos >= n or text[pos] != "{":
-        return None
-    depth = 0
-    start = pos + 1
-    # Jump between braces with find() instead of walking every character: long boxes stay cheap.
-    i = pos
-    while True:
-        next_open = text.find("{", i + 1)
-        next_close = text.find("}", i + 1)
-        if next_close < 0:
-            return None
-        if 0 <= next_open < next_close:
-            depth += 1
-            i = next_open
+    Linear time even on junk like "\\boxed{" repeated: a box that opens and never closes bounds the search
+    for earlier ones (an earlier box still open at that point can never close either).
+    """
+    limit = len(text)
+    boxed = text.rfind("\\boxed")
+    fbox = text.rfind("\\fbox")
+    while boxed >= 0 or fbox >= 0:
+        if boxed > fbox:
+            i, end = boxed, boxed + 6
+            boxed = text.rfind("\\boxed", 0, boxed)
         else:
-            if depth == 0:
-                return text[start:next_close]
-            depth -= 1
-            i = next_close
+            i, end = fbox, fbox + 5
+            fbox = text.rfind("\\fbox", 0, fbox)
+        if i >= limit:
+            continue
+        content, opened = _braced_content(text, end, limit)
+        if content is not None:
+            return content
+        if opened:
+            limit = i
+    return None
 
 
-def _after_last_phrase(text: str) -> str | None:
-    """The answer following the last final-answer phrase, or None if there is no such phrase."""
-    search_ends = [len(text)] * len(_ANSWER_VARIANTS)
+def _braced_content(text: str, pos: int, limit: int) -> tuple[str | None, bool]:
+    """(content of the brace group opening at `pos` (after optional spaces) or None if it does not close
+    before `limit`, whether a brace group opened there at all)."""
+    while pos < limit and text[pos] == " ":
+        pos += 1
+    if pos >= limit or text[pos] != "{":
+        return None, False
+    start = pos + 1
+    depth = 1
+    next_open = text.find("{", start, limit)
+    i = start
+    # Jump between braces with find() (each moves forward only): long boxes cost linear time.
     while True:
-        best, best_variant = -1, -1
-        for k, variant in enumerate(_ANSWER_VARIANTS):
-            i = text.rfind(variant, 0, search_ends[k])
-            if i > best:
-                best, best_variant = i, k
-        if best < 0:
-            return None
-        start = best + 6
-        m = _PHRASE_TAIL_RE.match(text[start : start + _PHRASE_WINDOW].lower())
+        close = text.find("}", i, limit)
+        if close < 0:
+            return None, True
+        while 0 <= next_open < close:
+            depth += 1
+            next_open = text.find("{", next_open + 1, limit)
+        depth -= 1
+        if depth == 0:
+            return text[start:close], True
+        i = close + 1
+
+
+def _after_last_phrase(text: str, lower_hit: int, upper_hit: int) -> str | None:
+    """The answer following the last final-answer phrase, or None if there is no such phrase.
+
+    `lower_hit`/`upper_hit` are the last positions of "nswer"/"NSWER" (the "a" of "answer" is checked here).
+    """
+    for _ in range(_MAX_PHRASE_CANDIDATES):
+        if lower_hit <= 0 and upper_hit <= 0:
+            break
+        if lower_hit > upper_hit:
+            i = lower_hit
+            lower_hit = text.rfind("nswer", 0, i)
+        else:
+            i = upper_hit
+            upper_hit = text.rfind("NSWER", 0, i)
+        if text[i - 1] not in "aA":
+            continue
+        start = i + 5
+        window = text[start : start + _PHRASE_WINDOW]
+        m = _PHRASE_TAIL_RE.match(window if window.islower() else window.lower())
         if m is None:
-            search_ends[best_variant] = best
             continue
         rest = text[start + m.end() :]
         line_end = rest.find("\n")
@@ -173,8 +198,9 @@ def _after_last_phrase(text: str) -> str | None:
                 if next_line.strip(_TRIM_CHARS):
                     line = next_line
                     break
-        if "." in line or "!" in line or "?" in line:
+        if " " in line or "\t" in line:  # a sentence end is punctuation followed by whitespace
             end = _SENTENCE_END_RE.search(line)
             if end is not None:
                 line = line[: end.start()]
         return line
+    return None

@@ -9,16 +9,19 @@
 
 from __future__ import annotations
 
+from itertools import product
+
 from rsgen.verify.decision import BAD_INPUT, NO_ANSWER, Decision
 
 _NO_ANSWER = Decision(False, NO_ANSWER, None)
+_NAN_SPELLINGS = frozenset("".join(chars) for chars in product(*zip("nan", "NAN")))  # nan, NaN, NAN, ...
 
 
 def check_inputs(prediction, references) -> tuple[str, ...] | Decision:
     """The usable references as a tuple, or the non-match Decision that bad input deserves."""
     # Fast path for the common case: one text reference and a non-blank text prediction.
     if type(prediction) is str and type(references) is str and prediction and references:
-        if not prediction.isspace() and _usable(references):
+        if not prediction.isspace() and not references.isspace() and references not in _NAN_SPELLINGS:
             return (references,)
     if type(prediction) is not str:
         if prediction is None:
@@ -40,4 +43,4 @@ def check_inputs(prediction, references) -> tuple[str, ...] | Decision:
 def _usable(reference: str) -> bool:
     if not reference or reference.isspace():
         return False
-    return not (len(reference) == 3 and reference.lower() == "nan")
+    return reference not in _NAN_SPELLINGS

@@ -3,8 +3,8 @@
 Semantics: the prediction and each reference are parsed by math-verify as LaTeX/expressions (a bare answer
 such as `\\frac{1}{2}` or `x+1` is read as if it were boxed) and compared with `math_verify.verify(gold,
 prediction)`; any reference counts. Answers equal after `exact`'s normalisation, or plain numbers of equal
-value ("1,000" vs "1000"), match without calling math-verify. A prediction longer than `MAX_MATH_CHARS`
-is not parsed (it only matches by string equality).
+value ("1,000" vs "1000"), match without calling math-verify. A prediction or reference longer than
+`MAX_MATH_CHARS` is not parsed (it only matches by string equality).
 
 Time limit (`timeout_seconds`, default 5): the whole item (parsing both sides and comparing) runs in a
 worker process (`rsgen.verify._math_worker`) under an alarm; past the limit the item is a non-match with
@@ -37,6 +37,8 @@ KILL_GRACE_SECONDS = 1.0
 STARTUP_TIMEOUT_SECONDS = 120.0
 MAX_MATH_CHARS = 5000
 
+_new = tuple.__new__  # Decision(...) without its Python-level __new__: half the cost on the hot path
+
 
 class MathWorkerError(RuntimeError):
     """The math-verify worker process could not be started (math-verify missing, no subprocesses allowed)."""
@@ -45,7 +47,9 @@ class MathWorkerError(RuntimeError):
 class MathWorker:
     """One math-verify worker process and the protocol to talk to it with a deadline."""
 
-    def __init__(self) -> None:
+    def __init__(self, command: list[str] | None = None) -> None:
+        # `command` replaces the worker program (tests use a stand-in that never answers, to check the kill).
+        self.command = command or [sys.executable, "-m", "rsgen.verify._math_worker"]
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._owner_pid: int | None = None
@@ -54,7 +58,7 @@ class MathWorker:
         self.starts = 0  # worker processes started so far: 1 + kills after late replies + crashes + forks
 
     def check(self, golds: list[str], prediction: str, timeout: float) -> str:
-        """"match", "nomatch", "timeout" or "error" for one item, within timeout + KILL_GRACE_SECONDS."""
+        """ "match", "nomatch", "timeout" or "error" for one item, within timeout + KILL_GRACE_SECONDS."""
         request = (json.dumps({"gold": golds, "pred": prediction, "timeout": timeout}) + "\n").encode("ascii")
         with self._lock:
             if self._proc is None or self._owner_pid != os.getpid() or self._proc.poll() is not None:
@@ -87,7 +91,7 @@ class MathWorker:
         self._stderr = tempfile.TemporaryFile()
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "rsgen.verify._math_worker"],
+                self.command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=self._stderr,
@@ -104,7 +108,8 @@ class MathWorker:
             self._stderr.seek(0)
             detail = self._stderr.read()[-2000:].decode("utf-8", "replace")
             raise MathWorkerError(
-                "the math-verify worker did not start (is `math-verify` installed in this environment?)\n" + detail
+                "the math-verify worker did not start (is `math-verify` installed in this environment?)\n"
+                + detail
             )
 
     def _read_line(self, deadline: float) -> bytes | None:
@@ -188,14 +193,15 @@ def math_verifier(
     for ref in refs:
         ref_text = normalize_text(ref)
         if pred_text == ref_text:
-            return Decision(True, None, prediction)
+            return _new(Decision, (True, None, prediction))
         if pred_number is not None and _plain_number(ref_text) == pred_number:
-            return Decision(True, None, prediction)
-    if len(prediction) > MAX_MATH_CHARS:
-        return Decision(False, WRONG_ANSWER, prediction)
-    status = math_worker().check(list(refs), prediction, float(timeout))
+            return _new(Decision, (True, None, prediction))
+    golds = [ref for ref in refs if len(ref) <= MAX_MATH_CHARS]
+    if len(prediction) > MAX_MATH_CHARS or not golds:
+        return _new(Decision, (False, WRONG_ANSWER, prediction))
+    status = math_worker().check(golds, prediction, float(timeout))
     if status == "match":
-        return Decision(True, None, prediction)
+        return _new(Decision, (True, None, prediction))
     if status == "timeout":
         return Decision(False, MATH_TIMEOUT, prediction)
-    return Decision(False, WRONG_ANSWER, prediction)
+    return _new(Decision, (False, WRONG_ANSWER, prediction))

@@ -3,18 +3,23 @@
 The reference is the bare letter ("B"; "(B)", "b" and "B." are read as B; with `options`, a reference equal
 to one option's text is read as that option's letter; anything else is `bad_input`).
 
-The answer's letter, tried in this order (the first rule that finds something decides):
+The answer's letter, tried in this order (the first rule that finds a letter decides; rule 3's letter is
+pooled with rule 5's):
 
 1. The whole answer is a letter: "B", "b", "(B)", "[B]", "B.", "B)", "B:", also inside markdown/LaTeX
    ("**B**", "$B$", "\\text{B}").
-2. Explicit letter forms anywhere: a leading "B) foo" / "B. foo" / "B: foo" / "(B) foo", a bracketed
-   "(B)"/"[b]", "B)", "option B" / "choice b" / "answer is B" / "letter B", or a capital letter ending the
-   answer ("... so B."). Two different letters -> `mc_ambiguous`.
-3. With `options`: the answer equals the text of exactly one option (normalised like `exact`).
-4. Bare capital letters standing alone ("I'd pick B here"): only letters within the options' range
-   (A..Z without options); "A" and "I" followed by a lowercase word are read as the article/pronoun.
-   Two different letters -> `mc_ambiguous`.
-5. With `options`: the answer contains, as whole words, the text of exactly one option (an option whose text
+2. A leading letter form: "B) foo", "B. foo", "B: foo", "(B) foo", "b) foo". The rest is taken to restate the
+   option (it may contain capitals: "(B) Vitamin C"); only another explicit form (below, except the last
+   one) naming a different letter makes it `mc_ambiguous` ("A) red B) blue").
+3. Explicit letter forms anywhere: a bracketed "(B)"/"[b]", "B)", "option B" / "choice b" / "answer is B" /
+   "letter B", a capital letter ending the answer ("... so B."). Two different letters -> `mc_ambiguous`.
+4. With `options` and no letter so far: the answer equals the text of exactly one option (normalised like
+   `exact`); equal to several -> `mc_ambiguous`.
+5. Bare capital letters standing alone ("I'd pick B here"), together with a letter from rule 3: only
+   letters within the options' range count (A..Z without options), and "A"/"I" followed by a lowercase word
+   are read as the article/pronoun unless that word is "is", "was", "or", "and"... ("A or B" has two
+   letters). Two different letters -> `mc_ambiguous`.
+6. With `options`: the answer contains, as whole words, the text of exactly one option (an option whose text
    lies inside another found option's text does not count separately); several -> `mc_ambiguous`.
 
 Nothing found -> `mc_no_letter`. A letter outside the options' range is still a letter (a wrong answer).
@@ -26,7 +31,7 @@ import re
 
 from rsgen.verify.decision import BAD_INPUT, MC_AMBIGUOUS, MC_NO_LETTER, WRONG_ANSWER, Decision
 from rsgen.verify.inputs import check_inputs
-from rsgen.verify.normalize import normalize_text, strip_latex
+from rsgen.verify.normalize import _info_cache, normalize_text, strip_latex, text_info
 
 _WHOLE_RE = re.compile(r"[\(\[]?([A-Za-z])[\)\]]?[.:)]?")
 _STRONG_RE = re.compile(
@@ -39,14 +44,17 @@ _STRONG_RE = re.compile(
     r"|(?i:\b(?:option|choice))\s+([a-z])(?![A-Za-z0-9])"  # option b
     r"|(?<![A-Za-z0-9'’])([A-Z])[.)]?\s*$"  # ... so B.
 )
+_TRAILING_GROUP = 8  # the group of the last alternative above
 _BARE_RE = re.compile(r"(?<![A-Za-z0-9'’\-])([A-Z])(?![A-Za-z0-9'’\-])")
 _WORD_AFTER_RE = re.compile(r"\s+([a-z]+)")
 _LETTER_WORDS = frozenset({"is", "was", "seems", "looks", "matches", "fits", "or", "and", "nor"})  # "A or B"
 _STRIP_CHARS = " \t\r\n\f\v*_`"
 _CACHE_ENTRIES = 1 << 16  # final MC answers repeat a lot ("B", "(B)", "**B**")
 _CACHEABLE_CHARS = 200
-_letter_cache: dict[tuple, tuple[str | None, str | None]] = {}
+_forms_cache: dict[tuple[str, int], tuple] = {}
 _option_pattern_cache: dict[str, re.Pattern] = {}
+
+_new = tuple.__new__  # Decision(...) without its Python-level __new__: half the cost on the hot path
 
 
 def _clean(text: str) -> str:
@@ -57,43 +65,73 @@ def _clean(text: str) -> str:
     return text.strip(_STRIP_CHARS)
 
 
-def option_letter(answer: str, options: list[str] | tuple[str, ...] | None = None) -> tuple[str | None, str | None]:
+def option_letter(
+    answer: str, options: list[str] | tuple[str, ...] | None = None
+) -> tuple[str | None, str | None]:
     """(letter, None) for the one option letter in `answer`, else (None, "mc_ambiguous" | "mc_no_letter")."""
     if len(answer) == 1:
-        return (answer.upper(), None) if ("A" <= answer <= "Z" or "a" <= answer <= "z") else (None, MC_NO_LETTER)
-    key = (answer, tuple(options) if options else None)
-    found = _letter_cache.get(key)
-    if found is None:
-        found = _option_letter(answer, options)
+        return (
+            (answer.upper(), None) if ("A" <= answer <= "Z" or "a" <= answer <= "z") else (None, MC_NO_LETTER)
+        )
+    # What the letter forms say depends on the answer and the number of options only: memoised on that.
+    key = (answer, len(options) if options else 0)
+    forms = _forms_cache.get(key)
+    if forms is None:
+        forms = _letter_forms(answer, key[1])
         if len(answer) <= _CACHEABLE_CHARS:
-            if len(_letter_cache) >= _CACHE_ENTRIES:
-                _letter_cache.clear()
-            _letter_cache[key] = found
-    return found
-
-
-def _option_letter(answer: str, options) -> tuple[str | None, str | None]:
-    text = _clean(answer)
-    m = _WHOLE_RE.fullmatch(text)
-    if m is not None:
-        return m.group(1).upper(), None
-    letters = set()
-    leading = False
-    for m in _STRONG_RE.finditer(text):
-        letters.add(m.group(m.lastindex).upper())
-        leading = leading or m.lastindex <= 3
-    if len(letters) > 1:
-        return None, MC_AMBIGUOUS
-    if leading:  # "B) text of option B": the rest is the option's text, not more letters
-        return letters.pop(), None
-    normalized = normalize_text(text)
-    if options and not letters:
-        equal = [i for i, option in enumerate(options) if normalize_text(option) == normalized]
+            if len(_forms_cache) >= _CACHE_ENTRIES:
+                _forms_cache.clear()
+            _forms_cache[key] = forms
+    decided, bare, normalized = forms
+    if decided is not None:
+        return decided
+    if options:  # rule 4: the answer is one option's text
+        equal = [i for i, option in enumerate(options) if _normalized(option) == normalized]
         if len(equal) == 1:
             return chr(65 + equal[0]), None
         if equal:
             return None, MC_AMBIGUOUS
-    last = chr(64 + len(options)) if options and len(options) <= 26 else "Z"
+    if bare is not None:
+        return bare
+    if options:  # rule 6: the answer contains one option's text
+        found = [i for i, option in enumerate(options) if _contains_option(normalized, option)]
+        texts = [_normalized(options[i]) for i in found]
+        found = [i for i, t in zip(found, texts) if not any(t != o and t in o for o in texts)]
+        if len(found) == 1:
+            return chr(65 + found[0]), None
+        if found:
+            return None, MC_AMBIGUOUS
+    return None, MC_NO_LETTER
+
+
+def _normalized(text: str) -> str:
+    return (_info_cache.get(text) or text_info(text))[0]
+
+
+def _letter_forms(answer: str, num_options: int) -> tuple[tuple | None, tuple | None, str]:
+    """Rules 1-3 and 5: (the decision when letter forms decide, else None; the bare-letter decision when
+    bare letters alone were found, else None; the normalised answer for the option-text rules)."""
+    text = _clean(answer)
+    m = _WHOLE_RE.fullmatch(text)
+    if m is not None:
+        return (m.group(1).upper(), None), None, ""
+    letters = set()
+    leading = None
+    for m in _STRONG_RE.finditer(text):
+        kind = m.lastindex
+        letter = m.group(kind).upper()
+        if kind <= 3:
+            leading = letter
+        elif kind < _TRAILING_GROUP or leading is None:
+            letters.add(letter)
+    if leading is not None:
+        # "B) text of option B": the rest restates the option (which may contain a capital letter, "Vitamin C");
+        # only another explicit letter form ("(C)", "C)", "option C") makes it ambiguous.
+        return ((leading, None) if letters <= {leading} else (None, MC_AMBIGUOUS)), None, ""
+    if len(letters) > 1:
+        return (None, MC_AMBIGUOUS), None, ""
+    last = chr(64 + num_options) if 0 < num_options <= 26 else "Z"
+    bare = set()
     for m in _BARE_RE.finditer(text):
         letter = m.group(1)
         if letter > last:
@@ -102,20 +140,14 @@ def _option_letter(answer: str, options) -> tuple[str | None, str | None]:
             word = _WORD_AFTER_RE.match(text, m.end())
             if word is not None and word.group(1) not in _LETTER_WORDS:
                 continue
-        letters.add(letter)
-    if len(letters) == 1:
-        return letters.pop(), None
-    if letters:
-        return None, MC_AMBIGUOUS
-    if options:
-        found = [i for i, option in enumerate(options) if _contains_option(normalized, option)]
-        texts = [normalize_text(options[i]) for i in found]
-        found = [i for i, t in zip(found, texts) if not any(t != o and t in o for o in texts)]
-        if len(found) == 1:
-            return chr(65 + found[0]), None
-        if found:
-            return None, MC_AMBIGUOUS
-    return None, MC_NO_LETTER
+        bare.add(letter)
+    if letters:  # one explicit letter, pooled with the bare ones
+        pooled = letters | bare
+        return ((pooled.pop(), None) if len(pooled) == 1 else (None, MC_AMBIGUOUS)), None, ""
+    bare_decision = None
+    if bare:
+        bare_decision = (bare.pop(), None) if len(bare) == 1 else (None, MC_AMBIGUOUS)
+    return None, bare_decision, normalize_text(text)
 
 
 def _contains_option(normalized_answer: str, option: str) -> bool:
@@ -159,20 +191,24 @@ def mc(
     refs = check_inputs(prediction, references)
     if type(refs) is Decision:
         return refs
-    if options:
-        if not isinstance(options, (list, tuple)) or not all(type(o) is str for o in options):
+    if options is not None:
+        if not isinstance(options, (list, tuple)):
             return Decision(False, BAD_INPUT, prediction)
-    elif options is not None and not isinstance(options, (list, tuple)):
-        return Decision(False, BAD_INPUT, prediction)
+        try:
+            "".join(options)  # raises unless every option is a str, at C speed
+        except TypeError:
+            return Decision(False, BAD_INPUT, prediction)
     if len(refs) == 1 and len(refs[0]) == 1 and "A" <= refs[0] <= "Z":
         ref_letters = refs  # the usual reference: a bare capital letter
     else:
-        ref_letters = [letter for letter in (reference_letter(ref, options) for ref in refs) if letter is not None]
+        ref_letters = [
+            letter for letter in (reference_letter(ref, options) for ref in refs) if letter is not None
+        ]
         if not ref_letters:
             return Decision(False, BAD_INPUT, prediction)
     letter, reason = option_letter(prediction, options)
     if letter is None:
-        return Decision(False, reason, prediction)
+        return _new(Decision, (False, reason, prediction))
     if letter in ref_letters:
-        return Decision(True, None, letter)
-    return Decision(False, WRONG_ANSWER, letter)
+        return _new(Decision, (True, None, letter))
+    return _new(Decision, (False, WRONG_ANSWER, letter))

@@ -21,7 +21,9 @@ import re
 from typing import NamedTuple
 
 MAX_NUMBER_CHARS = 100  # a real numeric answer with its unit is far shorter; bounds the regex work on junk
-_CACHE_ENTRIES = 1 << 16  # answers repeat a lot ("2", "Yes", "B"); a bounded memo keeps them at one dict lookup
+_CACHE_ENTRIES = (
+    1 << 16
+)  # answers repeat a lot ("2", "Yes", "B"); a bounded memo keeps them at one dict lookup
 _CACHEABLE_CHARS = 200
 
 _TRIM_CHARS = " \t\r\n\f\v*_`"
@@ -39,7 +41,9 @@ def normalize_text(text: str) -> str:
     text = text.lower()
     if text.endswith("."):
         text = text[:-1].rstrip()
-    if "  " in text or not text.isprintable():  # tabs, newlines and other control characters are not printable
+    if (
+        "  " in text or not text.isprintable()
+    ):  # tabs, newlines and other control characters are not printable
         text = " ".join(text.split())
     return text
 
@@ -60,7 +64,13 @@ def strip_latex(text: str) -> str:
         if text == before:
             break
     if "\\" in text:
-        text = text.replace("\\%", "%").replace("\\$", "$").replace("\\,", "").replace("\\!", "").replace("\\ ", " ")
+        text = (
+            text.replace("\\%", "%")
+            .replace("\\$", "$")
+            .replace("\\,", "")
+            .replace("\\!", "")
+            .replace("\\ ", " ")
+        )
     return text.strip(_TRIM_CHARS)
 
 
@@ -100,7 +110,9 @@ def parse_number(text: str) -> Number | None:
     """The number `text` (already normalised, so lowercase) states, or None if it is not a number."""
     if not text or len(text) > MAX_NUMBER_CHARS:
         return None
-    if text[0] in _DIGITS and text.isascii() and text.replace(".", "", 1).isdigit():  # the common case: 12, 41.5
+    if (
+        text[0] in _DIGITS and text.isascii() and text.replace(".", "", 1).isdigit()
+    ):  # the common case: 12, 41.5
         return Number(float(text), False, "", "")
     m = _NUMBER_RE.fullmatch(text)
     if m is None:
@@ -145,15 +157,22 @@ def value_pairs(prediction: Number, reference: Number) -> tuple[tuple[float, flo
     return ((prediction.value, reference.value), (prediction.value, reference.value / 100.0))
 
 
-_info_cache: dict[str, tuple[str, Number | None]] = {}
+_info_cache: dict[str, tuple[str, Number | None, float | None]] = {}
 
 
-def text_info(text: str) -> tuple[str, Number | None]:
-    """(normalize_text(text), parse_number of that), memoised for short texts."""
+def text_info(text: str) -> tuple[str, Number | None, float | None]:
+    """(normalize_text(text), parse_number of that, the value when it is a plain number -- no percent sign,
+    currency or unit -- else None), memoised for short texts. Verifiers read the memo directly first."""
     info = _info_cache.get(text)
     if info is None:
         normalized = normalize_text(text)
-        info = (normalized, parse_number(normalized))
+        number = parse_number(normalized)
+        plain = (
+            number.value
+            if number is not None and not (number.percent or number.currency or number.unit)
+            else None
+        )
+        info = (normalized, number, plain)
         if len(text) <= _CACHEABLE_CHARS:
             if len(_info_cache) >= _CACHE_ENTRIES:
                 _info_cache.clear()

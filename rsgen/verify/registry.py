@@ -24,10 +24,11 @@ VERIFIERS: dict[str, Callable[..., Decision]] = {
 
 def clear_caches() -> None:
     """Forget the memoised normalisations and option letters (benchmarks start cold; tests reset state)."""
-    from rsgen.verify import mc as mc_module, normalize
+    from rsgen.verify import mc as mc_module
+    from rsgen.verify import normalize
 
     normalize._info_cache.clear()
-    mc_module._letter_cache.clear()
+    mc_module._forms_cache.clear()
     mc_module._option_pattern_cache.clear()
 
 
@@ -39,7 +40,9 @@ def get_verifier(name: str) -> Callable[..., Decision]:
         raise ValueError(f"unknown verifier {name!r}; choose one of {', '.join(sorted(VERIFIERS))}") from None
 
 
-def compare(name: str, prediction: str | None, references: str | list[str], *, options=None, **kw) -> Decision:
+def compare(
+    name: str, prediction: str | None, references: str | list[str], *, options=None, **kw
+) -> Decision:
     """Compare an already extracted answer with the reference(s) using verifier `name`.
 
     kw: `numeric_tolerance` (numeric), `timeout_seconds` (math); every verifier accepts both.
@@ -57,5 +60,5 @@ def verify_response(name: str, response: str, references: str | list[str], *, op
         verifier = get_verifier(name)  # raises the clear error
     extraction = extract_answer(response)
     if extraction.answer is None:
-        return Decision(False, extraction.reason, None)
+        return Decision(False, extraction.reason, None)  # (rare path: the readable constructor is fine)
     return verifier(extraction.answer, references, options=options, **kw)

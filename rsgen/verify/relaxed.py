@@ -24,10 +24,13 @@ from __future__ import annotations
 
 from rsgen.verify.decision import WRONG_ANSWER, Decision
 from rsgen.verify.inputs import check_inputs
-from rsgen.verify.normalize import Number, text_info, units_compatible, value_pairs
+from rsgen.verify.normalize import Number, _info_cache, text_info, units_compatible, value_pairs
 
 RELATIVE_TOLERANCE = 0.05
 _FLOAT_SLACK = 1e-9  # so that 105 vs 100 is inside 5% despite binary floating point
+_BOUND = RELATIVE_TOLERANCE + _FLOAT_SLACK
+
+_new = tuple.__new__  # Decision(...) without its Python-level __new__: half the cost on the hot path
 
 
 def within(prediction: Number, reference: Number, tolerance: float) -> bool:
@@ -60,12 +63,23 @@ def relaxed(
     refs = check_inputs(prediction, references)
     if type(refs) is Decision:
         return refs
-    pred_text, pred_number = text_info(prediction)
+    pred_text, pred_number, pred_plain = _info_cache.get(prediction) or text_info(prediction)
     for ref in refs:
-        ref_text, ref_number = text_info(ref)
+        ref_text, ref_number, ref_plain = _info_cache.get(ref) or text_info(ref)
         if pred_text == ref_text:
-            return Decision(True, None, prediction)
-        # Units that disagree make a pair non-numeric: it then needs string equality, checked above.
-        if ref_number is not None and pred_number is not None and within(pred_number, ref_number, RELATIVE_TOLERANCE):
-            return Decision(True, None, prediction)
-    return Decision(False, WRONG_ANSWER, prediction)
+            return _new(Decision, (True, None, prediction))
+        if ref_plain is not None and pred_plain is not None:  # the common case, inlined: two bare numbers
+            if (
+                pred_plain == 0.0
+                if ref_plain == 0.0
+                else abs(pred_plain - ref_plain) <= _BOUND * abs(ref_plain)
+            ):
+                return _new(Decision, (True, None, prediction))
+        elif (
+            ref_number is not None
+            and pred_number is not None
+            and within(pred_number, ref_number, RELATIVE_TOLERANCE)
+        ):
+            # Units that disagree make a pair non-numeric: it then needs the string equality checked above.
+            return _new(Decision, (True, None, prediction))
+    return _new(Decision, (False, WRONG_ANSWER, prediction))

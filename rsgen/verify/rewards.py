@@ -71,7 +71,9 @@ class VerifierReward:
                 f"Name the column with reward_function({self.name!r}, answer_column=...)"
             )
         if len(references) != len(completions):
-            raise ValueError(f"{len(completions)} completions but {len(references)} values in {self.answer_column!r}")
+            raise ValueError(
+                f"{len(completions)} completions but {len(references)} values in {self.answer_column!r}"
+            )
         options = kwargs.get(self.options_column)
         rewards, extracted, reasons = [], [], []
         for i, completion in enumerate(completions):

@@ -74,6 +74,10 @@ def test_card_numbers_come_from_stats(emitted_run):
         assert (layout.dataset / image).is_file()
     assert (layout.dataset / "assets" / "stats.png").read_bytes().startswith(b"\x89PNG")
     assert "This is a demo dataset" not in text
+    # One paragraph per verifier actually used, naming its families.
+    for name, families in (("relaxed", "CLEVRMath"), ("mc", "DemoMC"), ("exact", "AllRight")):
+        assert f"### `{name}` — " in text and f"Used for: {families}." in text
+    assert "### `numeric`" not in text and "### `math`" not in text
 
 
 def test_render_card_rebuilds_from_stats_on_disk(tmp_path):

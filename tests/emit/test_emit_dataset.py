@@ -237,3 +237,15 @@ def test_example_images_are_the_stored_files(emitted_run):
     assert (assets / "CLEVRMath_rejected_example_2.jpg").read_bytes() == second  # JPEG kept as JPEG
     assert Image.open(io.BytesIO(second)).format == "JPEG"
     assert default_pool()[1].fmt == "JPEG"
+
+
+def test_sft_without_reasoning_answers_with_the_official_answer():
+    from rsgen.emit.trl_views import sft_row
+
+    qa = [{"question": "q1", "answer": "3", "response": "<think>x</think>3"},
+          {"question": "q2", "answer": "B", "response": "<think>y</think>B"}]
+    row = sft_row({"bytes": b"x", "path": None}, qa, keep_reasoning=False)
+    assert [m["content"][-1]["text"] for m in row["messages"]] == ["q1", "3", "q2", "B"]
+    assert row["messages"][2]["content"] == [{"type": "text", "text": "q2"}]  # one image placeholder per image
+    assert sft_row({"bytes": b"x", "path": None}, qa, keep_reasoning=True)["messages"][1]["content"][0]["text"] == \
+        "<think>x</think>3"

@@ -88,3 +88,10 @@ def test_push_uploads_the_dataset_folder(tmp_path):
     assert upload_kw["repo_id"] == "someone/clevr-rs" and upload_kw["repo_type"] == "dataset"
     assert upload_kw["folder_path"] == str(OutputLayout(tmp_path).dataset)
     assert upload_kw["delete_patterns"] == ["data/**", "assets/**"]
+
+
+def test_emit_with_push_checks_access_before_writing(tmp_path):
+    write_scripted_run(tmp_path)
+    with pytest.raises(HubAccessError, match="HF_HUB_OFFLINE=1"):
+        run_emit(_recipe(tmp_path))
+    assert not OutputLayout(tmp_path).dataset.exists()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from rsgen.emit.splits import EmitError, WorkRecords, route_pair
-from rsgen.judge.routing import JudgeMissingError
 
 
 def _gen(key, sample=0, match=False, extracted="9", reason=None, question="q?", response="r"):
@@ -52,7 +51,7 @@ def test_judge_disabled_keeps_the_verifier_reason():
 
 
 def test_missing_verdict_is_an_error_not_a_silent_rejection():
-    with pytest.raises(JudgeMissingError, match="rsgen judge"):
+    with pytest.raises(EmitError, match="rsgen judge"):
         route_pair(QA, _work([_gen("a")], judge={}))
 
 

@@ -198,6 +198,16 @@ def test_demo_pool_is_byte_identical_across_runs_and_process_counts(tmp_path, to
             assert q["question"].endswith("\n" + INSTRUCTION)
 
 
+def test_bad_pool_gives_the_same_bytes_with_worker_processes(tmp_path, tools):
+    """Image checks in spawned workers (bad images, paths read by the worker, conversions) change nothing."""
+    sources, dropped, _ = bad_pool(tmp_path, tools)
+    inline = tools.make_recipe(tmp_path / "a", sources, prepare_num_proc=1)
+    workers = tools.make_recipe(tmp_path / "b", sources, prepare_num_proc=2)
+    assert run_prepare(workers)["dropped"] == dropped
+    run_prepare(inline)
+    assert prepared_bytes(inline.output_dir) == prepared_bytes(workers.output_dir)
+
+
 def test_finished_pool_is_reused_and_force_redoes_it(tmp_path, tools):
     recipe = tools.make_recipe(tmp_path / "out", [{**DEMO_SOURCE, "demo_num_images": 5}])
     first = run_prepare(recipe)

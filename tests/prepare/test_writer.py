@@ -1,7 +1,8 @@
 import datasets
 import pyarrow.parquet as pq
+import pytest
 
-from rsgen.prepare.writer import ShardWriter, SpillBuckets
+from rsgen.prepare.writer import ExternalSorter, ShardWriter
 from rsgen.schema import PREPARED_FEATURES
 
 
@@ -37,11 +38,17 @@ def test_empty_writer_leaves_one_empty_shard(tmp_path):
     assert table.num_rows == 0 and datasets.Features.from_arrow_schema(table.schema) == PREPARED_FEATURES
 
 
-def test_spill_buckets_flush_under_the_memory_cap(tmp_path):
-    buckets = SpillBuckets(tmp_path, max_buffer_bytes=200)
-    for i in range(50):
-        buckets.add(f"F/{i % 3:02x}", {"seq": i, "text": "ü" * 5})
-    assert buckets._buffered <= 200 + 40  # flushed as it went
-    assert buckets.keys() == ["F/00", "F/01", "F/02"]
-    assert [r["seq"] for r in buckets.read("F/01")] == list(range(1, 50, 3))
-    assert list(buckets.read("F/09")) == []
+@pytest.mark.parametrize("max_buffer_bytes", [150, 1 << 20])  # many runs on disk / all in memory
+def test_external_sort_orders_by_key_then_arrival(tmp_path, max_buffer_bytes):
+    sorter = ExternalSorter(tmp_path, max_buffer_bytes=max_buffer_bytes)
+    keys = [f"F/{(i * 7) % 5:02x}" for i in range(60)]
+    for i, key in enumerate(keys):
+        sorter.add(key, {"i": i, "text": "ü\n" * (i % 3)})
+    assert sorter._buffered < max_buffer_bytes
+    if max_buffer_bytes == 150:
+        assert len(list(tmp_path.iterdir())) > 10
+    out = list(sorter)
+    assert [k for k, _ in out] == sorted(keys)
+    expected = sorted(range(60), key=lambda i: (keys[i], i))
+    assert [r["i"] for _, r in out] == expected
+    assert out[0][1]["text"] == ""

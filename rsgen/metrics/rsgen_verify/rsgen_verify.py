@@ -76,11 +76,19 @@ class RsgenVerify(evaluate.Metric):
             inputs_description=_KWARGS_DESCRIPTION,
             features=[
                 datasets.Features(
-                    {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
+                    {
+                        "predictions": datasets.Value("string"),
+                        "references": datasets.Sequence(datasets.Value("string")),
+                    }
                 ),
-                datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
+                datasets.Features(
+                    {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
+                ),
             ],
-            reference_urls=["https://github.com/vis-nlp/ChartQA", "https://github.com/huggingface/Math-Verify"],
+            reference_urls=[
+                "https://github.com/vis-nlp/ChartQA",
+                "https://github.com/huggingface/Math-Verify",
+            ],
         )
 
     @property

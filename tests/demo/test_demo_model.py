@@ -1,0 +1,98 @@
+"""The shipped demo model: loads through the product loader, answers demo questions in the expected format,
+and judges with the judge stage's prompt."""
+
+import re
+
+import pytest
+
+from rsgen.demo import demo_model_path
+from rsgen.demo.pool import LETTERS, make_demo_image, mc_option_texts, solve_from_scene
+from rsgen.generate.engine import ChatRequest, GenerationEngine
+from rsgen.generate.models import load_model_and_processor
+from rsgen.judge.prompt import render_judge_prompt
+from rsgen.judge.verdict import parse_verdict
+from rsgen.verify.extract import extract_answer
+
+INSTRUCTION = "Answer in short without any other content."
+EVAL_SEED = 4242  # not the training seed
+THINK_RESPONSE = re.compile(r"^<think>\n[^<]+\n</think>\n\n\S[^\n]*$")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def engine():
+    model, processor = load_model_and_processor(str(demo_model_path()))
+    return GenerationEngine(
+        model, processor, max_new_tokens=96, temperature=0.0, token_budget=16384, max_batch_size=64,
+        chat_template_kwargs={"enable_thinking": True},
+    )  # fmt: skip
+
+
+def demo_questions(num_images: int):
+    """(key, user text, reference, png) the way the pipeline asks them (lettered MC, answered by letter)."""
+    out = []
+    for index in range(num_images):
+        _family, png, scene, qas = make_demo_image(EVAL_SEED, index)
+        for q_index, (question, _answer, options) in enumerate(qas):
+            stem, option_texts = mc_option_texts(question, options)
+            answer = solve_from_scene(scene, question, options)[0]
+            if option_texts:
+                block = "\n".join(f"{LETTERS[i]}. {t}" for i, t in enumerate(option_texts))
+                text, answer = f"{stem}\n{block}", LETTERS[option_texts.index(answer)]
+            else:
+                text = question
+            out.append((f"{index}/{q_index}", f"{text}\n{INSTRUCTION}", answer, png))
+    return out
+
+
+def _request(key, text, png):
+    return ChatRequest(key, [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}], [png])
+
+
+def test_shipped_model_is_small_and_documented():
+    path = demo_model_path()
+    weights = path / "model.safetensors"
+    assert weights.is_file() and weights.stat().st_size < 10 * 1024 * 1024
+    assert (path / "README.md").read_text().count("toy") >= 1
+    assert not list(path.glob("*.bin"))
+
+
+def test_answers_with_a_short_reasoning_trace_and_some_are_right(engine):
+    questions = demo_questions(8)
+    by_key = {request.key: result for request, result in engine.generate(_request(k, t, p) for k, t, _, p in questions)}
+    right = 0
+    for key, _text, reference, _png in questions:
+        result = by_key[key]
+        assert not result.hit_limit, result.text
+        assert THINK_RESPONSE.match(result.text), result.text
+        extracted = extract_answer(result.text).answer
+        assert extracted is not None
+        right += extracted == reference
+    # Far from perfect by design, but not random either.
+    assert 0.2 * len(questions) <= right < len(questions)
+
+
+def test_thinking_off_answers_directly(engine):
+    questions = demo_questions(2)
+    off = GenerationEngine(
+        engine.model, engine.processor, max_new_tokens=16, temperature=0.0, token_budget=8192,
+        chat_template_kwargs={"enable_thinking": False},
+    )  # fmt: skip
+    for _request_, result in off.generate(_request(k, t, p) for k, t, _, p in questions):
+        assert "<think>" not in result.text and "</think>" not in result.text
+        assert re.fullmatch(r"\S[^\n]*", result.text), result.text
+
+
+def test_judge_grades_with_the_judge_prompt(engine):
+    questions = demo_questions(3)[:8]
+    requests, expected = [], {}
+    for key, text, reference, _png in questions:
+        wrong = str(int(reference) + 2) if reference.isdigit() else ("A" if reference != "A" else "B")
+        for kind, candidate in (("same", reference), ("other", wrong)):
+            prompt = render_judge_prompt(text, reference, candidate)
+            requests.append(ChatRequest(f"{key}:{kind}", [{"role": "user", "content": [{"type": "text", "text": prompt}]}]))
+            expected[f"{key}:{kind}"] = "CORRECT" if kind == "same" else "WRONG"
+    verdicts = {r.key: parse_verdict(res.text, res.hit_limit) for r, res in engine.generate(requests)}
+    agreed = sum(verdicts[k] == v for k, v in expected.items())
+    assert agreed >= 0.8 * len(expected), verdicts

@@ -1,0 +1,124 @@
+"""Normalisation and number reading shared by relaxed, exact, numeric and mc."""
+
+import pytest
+
+from rsgen.verify.normalize import MAX_NUMBER_CHARS, Number, normalize_text, parse_number, text_info
+
+NORMALIZE = [
+    ("Yes", "yes"),
+    ("  Yes.  ", "yes"),
+    ("Yes..", "yes."),  # one trailing period only
+    ("N.Y.", "n.y"),
+    ("**Blue**", "blue"),
+    ("`42`", "42"),
+    ("$5$", "5"),
+    ("$5", "$5"),  # a currency sign, not math delimiters
+    ("\\(x\\)", "x"),
+    ("\\[x\\]", "x"),
+    ("\\text{Blue}", "blue"),
+    ("\\textbf{Blue}", "blue"),
+    ("\\mathrm{kg}", "kg"),
+    ("$\\boxed{\\text{B}}$", "b"),
+    ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+    ("\\text{a}} {\\text{b}", "\\text{a}} {\\text{b}"),  # not one wrapper: left alone
+    ("50\\%", "50%"),
+    ("\\$5", "$5"),
+    ("1\\,000", "1000"),
+    ("New   York", "new york"),
+    ("New\nYork", "new york"),
+    ("a\tb", "a b"),
+    ("", ""),
+    ("   ", ""),
+    (".", ""),
+    ("Ünïcödé", "ünïcödé"),
+]
+
+
+@pytest.mark.parametrize("text,expected", NORMALIZE)
+def test_normalize_text(text, expected):
+    assert normalize_text(text) == expected
+
+
+NUMBERS = [
+    ("12", Number(12.0, False, "", "")),
+    ("12.5", Number(12.5, False, "", "")),
+    (".5", Number(0.5, False, "", "")),
+    ("5.", Number(5.0, False, "", "")),
+    ("-3", Number(-3.0, False, "", "")),
+    ("−3", Number(-3.0, False, "", "")),  # Unicode minus
+    ("+5", Number(5.0, False, "", "")),
+    ("1,000", Number(1000.0, False, "", "")),
+    ("1,234,567.5", Number(1234567.5, False, "", "")),
+    ("45%", Number(45.0, True, "", "")),
+    ("45 %", Number(45.0, True, "", "")),
+    ("45 percent", Number(45.0, True, "", "")),
+    ("-12.5%", Number(-12.5, True, "", "")),
+    ("$5", Number(5.0, False, "$", "")),
+    ("-$5", Number(-5.0, False, "$", "")),
+    ("€5", Number(5.0, False, "€", "")),
+    ("$5 million", Number(5.0, False, "$", "million")),
+    ("5 kg", Number(5.0, False, "", "kg")),
+    ("5kg", Number(5.0, False, "", "kg")),
+    ("5 km/h", Number(5.0, False, "", "km/h")),
+    ("5 m²", Number(5.0, False, "", "m²")),
+    ("20°c", Number(20.0, False, "", "°c")),
+    ("3 years old", Number(3.0, False, "", "years old")),
+    ("1.5e6", Number(1.5e6, False, "", "")),
+    ("2e-3", Number(2e-3, False, "", "")),
+    ("0", Number(0.0, False, "", "")),
+    ("٣", Number(3.0, False, "", "")),  # a decimal digit in another script
+    ("1" * 18, Number(float("1" * 18), False, "", "")),
+]
+NOT_NUMBERS = [
+    "1,00",  # not groups of three: neither 1.00 nor 100
+    "1,5",
+    "12,34,567",
+    "100 000",
+    "1_000",
+    "12.5.3",
+    "1/2",
+    "5 or 6",
+    "5 apples, not 6",
+    "12 (approx)",
+    "five",
+    "nan",
+    "inf",
+    "infinity",
+    "-inf",
+    "1e400",  # overflows a float
+    "²",
+    "$€5",
+    "%",
+    "$",
+    "-",
+    "+",
+    ".",
+    "",
+    "yes",
+    "5 a b c d",  # a unit is at most three words
+    "1" * (MAX_NUMBER_CHARS + 1),
+]
+
+
+@pytest.mark.parametrize("text,expected", NUMBERS)
+def test_parse_number(text, expected):
+    assert parse_number(text) == expected
+
+
+@pytest.mark.parametrize("text", NOT_NUMBERS)
+def test_not_a_number(text):
+    assert parse_number(text) is None
+
+
+def test_text_info_memo_returns_the_same_as_the_functions():
+    for text, plain in [
+        ("  Yes. ", None),
+        ("1,000", 1000.0),
+        ("45 %", None),
+        ("$5", None),
+        ("5 kg", None),
+        ("x" * 500, None),
+    ]:
+        normalized = normalize_text(text)
+        assert text_info(text) == (normalized, parse_number(normalized), plain)
+        assert text_info(text) == (normalized, parse_number(normalized), plain)  # from the memo
