@@ -12,9 +12,9 @@ chain-of-thought). Answers are right, nearly right, or wrong.
 Two rates per verifier: "extracted" times `compare` on answers already extracted; "raw" times
 `verify_response` on the raw responses (extraction included). Each is the best of `--repeats` runs
 (other processes share the CPU); the median is shown too, and the rate per CPU-second this process used,
-which other processes affect much less. The verifiers memoise
-normalised short answers; the memo is cleared before every timed run, so no run profits from the last. `math` runs fewer pairs (math-verify parses
-with sympy, milliseconds per item) and includes its worker process round trip.
+which other processes affect much less. The verifiers memoise normalised short answers; the memo is
+cleared before every timed run, so no run profits from the last. `math` runs fewer pairs (math-verify
+parses with sympy, milliseconds per item) and includes its worker process round trip.
 """
 
 from __future__ import annotations

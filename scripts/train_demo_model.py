@@ -79,42 +79,50 @@ def vqa_examples(seed: int, num_images: int):
             yield png, text, reasoning, answer, family
 
 
-def wrong_candidate(rng: random.Random, reference: str, family: str) -> str:
-    """A plausible wrong answer of the same kind as `reference` (what a small model gets wrong)."""
-    if reference.isdigit():
-        value = int(reference)
-        choices = [v for v in range(max(0, value - 3), value + 4) if v != value]
-        if rng.random() < 0.2:
-            choices = [v for v in range(0, 21) if v != value]
-        return str(rng.choice(choices))
-    if len(reference) == 1 and reference in LETTERS:
-        return rng.choice([letter for letter in "ABCD" if letter != reference])
+def _answer_vocabulary(reference: str) -> list[str]:
+    """Answers of the same kind as `reference`: counts, option letters, chart labels, colours, shapes..."""
     from rsgen.demo.pool import CHART_LABELS, COLORS, MATERIALS, SHAPES
 
+    if reference.isdigit():
+        return [str(v) for v in range(0, 21)]
+    if len(reference) == 1 and reference in LETTERS:
+        return list("ABCD")
     for vocabulary in (list(CHART_LABELS), list(COLORS), list(SHAPES), list(MATERIALS)):
         if reference in vocabulary:
-            return rng.choice([word for word in vocabulary if word != reference])
-    return rng.choice(["yes", "no", "3", "red"])
+            return vocabulary
+    return [reference, "yes", "no"]
 
 
-def judge_example(rng: random.Random, question: str, reference: str, family: str) -> tuple[str, str, str]:
-    """(judge user text, reasoning, verdict) for one QA pair: the candidate is right, wrong, or the reference bad."""
+def wrong_candidate(rng: random.Random, reference: str) -> str:
+    """A plausible wrong answer of the same kind as `reference` (numbers mostly close: what a small model says)."""
+    if reference.isdigit() and rng.random() < 0.8:
+        value = int(reference)
+        return str(rng.choice([v for v in range(max(0, value - 3), value + 4) if v != value]))
+    return rng.choice([v for v in _answer_vocabulary(reference) if v != reference])
+
+
+def judge_example(rng: random.Random, question: str, answer: str) -> tuple[str, str, str]:
+    """(judge user text, reasoning, verdict) for one pool question.
+
+    Half of the time the reference is not the question's answer but any answer of its kind: the judge sees no
+    image, and this way it cannot guess the reference from the question; it has to read it (and never solve the
+    question itself, as its prompt says)."""
     from rsgen.judge.prompt import render_judge_prompt
 
+    reference = answer if rng.random() < 0.5 else rng.choice(_answer_vocabulary(answer))
     roll = rng.random()
     if roll < 0.06:
         # UNSURE is for references that cannot be graded against.
         bad_reference = rng.choice(["", "N/A", "?", "unknown", "none"])
-        candidate = reference
-        prompt = render_judge_prompt(question, bad_reference, candidate)
+        prompt = render_judge_prompt(question, bad_reference, reference)
         return prompt, f"Reference: {bad_reference or 'empty'}. Unusable.", "UNSURE"
     if roll < 0.53:
         candidate = reference
-        if not reference.isdigit() and rng.random() < 0.2:
+        if not reference.isdigit() and len(reference) > 1 and rng.random() < 0.2:
             candidate = rng.choice([reference.capitalize(), reference + "."])
         verdict, word = "CORRECT", "Same"
     else:
-        candidate, verdict, word = wrong_candidate(rng, reference, family), "WRONG", "Different"
+        candidate, verdict, word = wrong_candidate(rng, reference), "WRONG", "Different"
     prompt = render_judge_prompt(question, reference, candidate)
     return prompt, f"Reference: {reference}. Candidate: {candidate}. {word}.", verdict
 
@@ -195,9 +203,14 @@ def build_model(tokenizer, size: dict):
     )
     torch.manual_seed(0)
     model = Qwen2VLForConditionalGeneration(config)
+    # The patch embedding stays at its (seeded) random initialisation: a random projection of 14 x 14 patches
+    # keeps what the tower needs, and skipping its gradient saves a tenth of every training step on CPU.
+    model.model.visual.patch_embed.requires_grad_(False)
     processor = _qwen_processor("Qwen2VLProcessor", tokenizer, patch_size=14, pixels=IMAGE_PIXELS)
     generation_config = model.generation_config
-    generation_config.eos_token_id = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    generation_config.eos_token_id = [
+        tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")
+    ]
     generation_config.pad_token_id = tokenizer.pad_token_id
     generation_config.do_sample = False
     return model, processor
@@ -206,7 +219,9 @@ def build_model(tokenizer, size: dict):
 # ----------------------------------------------------------------------------------------------- data
 
 
-def training_examples(num_images: int, judge_share: float, nothink_share: float, batch_size: int, seed: int = TRAIN_SEED):
+def training_examples(
+    num_images: int, judge_share: float, nothink_share: float, batch_size: int, seed: int = TRAIN_SEED
+):
     """SFT rows (prompt-completion, conversational) in training order, and the tokenizer corpus.
 
     Deterministic for `seed`. Image questions and (longer, text-only) judge prompts go to separate batches, so a
@@ -217,7 +232,7 @@ def training_examples(num_images: int, judge_share: float, nothink_share: float,
 
     rng = random.Random(f"rsgen-demo-train:{seed}")
     vqa_rows, judge_rows, corpus = [], [], []
-    for png, text, reasoning, answer, family in vqa_examples(seed, num_images):
+    for png, text, reasoning, answer, _family in vqa_examples(seed, num_images):
         image = PILImage.open(io.BytesIO(png)).convert("RGB")
         thinking = rng.random() >= nothink_share
         content = completion_text(reasoning, answer) if thinking else completion_text("", answer)
@@ -231,14 +246,17 @@ def training_examples(num_images: int, judge_share: float, nothink_share: float,
         )
         corpus += [text, content]
         if rng.random() < judge_share:
-            prompt, judge_reasoning, verdict = judge_example(rng, text, answer, family)
-            judge_content = completion_text(judge_reasoning, verdict)
+            prompt, judge_reasoning, verdict = judge_example(rng, text, answer)
+            judge_thinking = rng.random() >= nothink_share
+            judge_content = completion_text(judge_reasoning if judge_thinking else "", verdict)
             judge_rows.append(
                 {
                     "prompt": [{"role": "user", "content": [{"type": "text", "text": prompt}]}],
-                    "completion": [{"role": "assistant", "content": [{"type": "text", "text": judge_content}]}],
+                    "completion": [
+                        {"role": "assistant", "content": [{"type": "text", "text": judge_content}]}
+                    ],
                     "images": [],
-                    "chat_template_kwargs": {"enable_thinking": True},
+                    "chat_template_kwargs": {"enable_thinking": judge_thinking},
                 }
             )
             corpus += [prompt, judge_content]
@@ -254,10 +272,26 @@ def training_examples(num_images: int, judge_share: float, nothink_share: float,
 
 SIZES = {
     # text width/depth, vision width/depth: ~2.3 M parameters, 9 MB in float32.
-    "demo": dict(hidden=192, intermediate=512, layers=4, heads=6, kv_heads=2,
-                 vision_hidden=96, vision_depth=3, vision_heads=3),  # fmt: skip
-    "small": dict(hidden=128, intermediate=384, layers=4, heads=4, kv_heads=2,
-                  vision_hidden=64, vision_depth=2, vision_heads=2),  # fmt: skip
+    "demo": dict(
+        hidden=192,
+        intermediate=512,
+        layers=4,
+        heads=6,
+        kv_heads=2,
+        vision_hidden=96,
+        vision_depth=3,
+        vision_heads=3,
+    ),  # fmt: skip
+    "small": dict(
+        hidden=128,
+        intermediate=384,
+        layers=4,
+        heads=4,
+        kv_heads=2,
+        vision_hidden=64,
+        vision_depth=2,
+        vision_heads=2,
+    ),  # fmt: skip
 }
 
 
@@ -270,7 +304,10 @@ def train(args) -> Path:
     tokenizer = build_tokenizer(corpus)
     model, processor = build_model(tokenizer, SIZES[args.size])
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"{len(rows)} training rows from {args.num_images} images; {n_params / 1e6:.2f} M parameters", flush=True)
+    print(
+        f"{len(rows)} training rows from {args.num_images} images; {n_params / 1e6:.2f} M parameters",
+        flush=True,
+    )
     dataset = Dataset.from_list(rows)
     work = Path(args.output).with_name(Path(args.output).name + ".trainer")
     config = SFTConfig(
@@ -307,7 +344,9 @@ def train(args) -> Path:
     return Path(args.output)
 
 
-def save_model(model, processor, output: Path, train_seconds: float, args, num_rows: int, n_params: int) -> None:
+def save_model(
+    model, processor, output: Path, train_seconds: float, args, num_rows: int, n_params: int
+) -> None:
     if output.exists():
         shutil.rmtree(output)
     output.mkdir(parents=True)
@@ -319,6 +358,34 @@ def save_model(model, processor, output: Path, train_seconds: float, args, num_r
         params=n_params / 1e6, rows=num_rows, images=args.num_images, minutes=train_seconds / 60,
         seed=TRAIN_SEED, epochs=args.epochs, size=json.dumps(SIZES[args.size]),
     ))  # fmt: skip
+    (output / TRAINING_RECORD).write_text(
+        json.dumps(
+            {
+                "script": "scripts/train_demo_model.py",
+                "arguments": {k: v for k, v in vars(args).items() if k not in ("output", "eval_only")},
+                "train_seed": TRAIN_SEED,
+                "training_rows": num_rows,
+                "parameters": n_params,
+                "train_minutes": round(train_seconds / 60, 1),
+                "torch_threads": torch.get_num_threads(),
+                # The judge prompt the model learned; tests/demo checks it is still the shipped one.
+                "judge_template_sha256": judge_template_sha256(),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+
+
+TRAINING_RECORD = "rsgen_training.json"
+
+
+def judge_template_sha256() -> str:
+    import hashlib
+
+    from rsgen.judge.prompt import load_template
+
+    return hashlib.sha256(load_template().encode()).hexdigest()
 
 
 MODEL_CARD = """---
@@ -409,7 +476,9 @@ def evaluate(model_dir: Path, seed: int, num_images: int, max_new_tokens: int = 
     for key, item in items.items():
         candidate = item["extracted"] if item["extracted"] is not None else ""
         prompt = render_judge_prompt(item["text"], item["answer"], candidate)
-        judge_requests.append(ChatRequest(key, [{"role": "user", "content": [{"type": "text", "text": prompt}]}], []))
+        judge_requests.append(
+            ChatRequest(key, [{"role": "user", "content": [{"type": "text", "text": prompt}]}], [])
+        )
     engine.max_new_tokens = 32
     started = time.perf_counter()
     verdicts = Counter()
@@ -432,7 +501,8 @@ def evaluate(model_dir: Path, seed: int, num_images: int, max_new_tokens: int = 
         "generate_seconds": round(generate_seconds, 1),
         "judge_seconds": round(judge_seconds, 1),
         "examples": [
-            {k: items[key][k] for k in ("family", "text", "answer", "response", "match")} for key in list(items)[:12]
+            {k: items[key][k] for k in ("family", "text", "answer", "response", "match")}
+            for key in list(items)[:12]
         ],
     }
     return report
@@ -450,16 +520,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-steps", type=int, default=50)
     parser.add_argument("--judge-share", type=float, default=0.35)
     parser.add_argument("--nothink-share", type=float, default=0.1)
-    # One thread: on a machine shared with other jobs two threads were 4x slower per step (oversubscription).
-    parser.add_argument("--threads", type=int, default=1)
+    # Default: two threads on an idle machine, one when other jobs are running (two oversubscribed threads were
+    # 4x slower per step than one on the shared development machine).
+    parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--eval-only", action="store_true")
     parser.add_argument("--eval-images", type=int, default=150)
     parser.add_argument("--eval-seed", type=int, default=EVAL_SEED)
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    threads = args.threads or (2 if os.getloadavg()[0] < 1.0 else 1)
+    torch.set_num_threads(threads)
+    print(f"torch threads: {threads}", flush=True)
     output = Path(args.output) if args.eval_only else train(args)
     report = evaluate(output, args.eval_seed, args.eval_images)
     print(json.dumps(report, indent=1), flush=True)
+    record_path = output / TRAINING_RECORD
+    if record_path.is_file():
+        record = json.loads(record_path.read_text())
+        record["evaluation"] = {k: v for k, v in report.items() if k != "examples"}
+        record_path.write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 

@@ -43,6 +43,11 @@ logger = logging.getLogger(__name__)
 # tokenizer marks them special (the verifier and the emitted `response` need them).
 KEEP_SPECIAL_TOKEN_RE = re.compile(r"^</?(think|thinking|thought|reasoning|answer|solution)>$")
 
+# A chat template that ends the prompt with an opening reasoning tag (thinking-only models: "<think>\n") makes
+# the model's output start inside the reasoning; the tag is given back to the response so that every response
+# reads "<think>...</think>answer" whatever the template.
+OPEN_REASONING_TAG_RE = re.compile(r"<(?:think|thinking|thought|reasoning)>\s*$")
+
 # After an out-of-memory error the token budget becomes this share of the batch that failed.
 OOM_BUDGET_FACTOR = 0.5
 
@@ -60,7 +65,8 @@ class ChatRequest:
 
 @dataclass
 class GenerationResult:
-    text: str  # the generated text, special tokens removed except reasoning/answer tags, EOS excluded
+    text: str  # the generated text, special tokens removed except reasoning/answer tags, EOS excluded; starts
+    # with the opening reasoning tag when the chat template ended the prompt with one
     prompt_tokens: int  # real prompt tokens (image tokens included, padding excluded)
     generated_tokens: int  # new tokens up to and including the first EOS
     hit_limit: bool  # no EOS within max_new_tokens
@@ -97,6 +103,7 @@ class _Measured:
     text: str  # the rendered chat template
     length: int  # prompt tokens the processor will produce for this request alone
     num_images: int
+    response_prefix: str  # an opening reasoning tag the template put at the end of the prompt, else ""
 
 
 @dataclass
@@ -196,6 +203,7 @@ class GenerationEngine:
         self._image_token_cache: dict[tuple[int, int], int] = {}
         self._lock = threading.Lock()
         self._thread_local = threading.local()
+        self._warned_length = False
 
     # ------------------------------------------------------------------ setup
 
@@ -288,7 +296,8 @@ class GenerationEngine:
     def measure(self, request: ChatRequest) -> _Measured:
         text = self.render(request)
         length = self._text_length(text) + sum(self._image_tokens(_image_size(im)) for im in request.images)
-        return _Measured(request, text, length, len(request.images))
+        tag = OPEN_REASONING_TAG_RE.search(text)
+        return _Measured(request, text, length, len(request.images), tag.group() if tag else "")
 
     # ------------------------------------------------------------------ planning
 
@@ -339,17 +348,15 @@ class GenerationEngine:
         refuses (e.g. a question that itself contains an image placeholder) is named in the error."""
         try:
             return self._encode(items)
-        except Exception as exc:
+        except Exception as batch_error:
+            culprit, error = items[0], batch_error
             for item in items if len(items) > 1 else []:
                 try:
                     self._encode([item])
-                except Exception as single_exc:
-                    exc = single_exc
-                    items = [item]
+                except Exception as single_error:
+                    culprit, error = item, single_error
                     break
-            raise ValueError(
-                f"the processor could not prepare request {items[0].request.key!r}: {exc}"
-            ) from exc
+            raise ValueError(f"the processor could not prepare request {culprit.request.key!r}: {error}") from error
 
     def _encode(self, items: list[_Measured]) -> _Encoded:
         processor, tokenizer = self._local()
@@ -397,6 +404,13 @@ class GenerationEngine:
     def _run(self, encoded: _Encoded) -> Iterator[tuple[ChatRequest, GenerationResult]]:
         """Generate one encoded batch; split it when it exceeds the (possibly lowered) budget or runs out of memory."""
         n = len(encoded.items)
+        measured = max(m.length for m in encoded.items)
+        if encoded.padded_length != measured and not self._warned_length:
+            self._warned_length = True
+            logger.warning(
+                "prompt length estimate off for this processor (%d measured, %d actual): batches are split to fit "
+                "the token budget, which costs speed, not results", measured, encoded.padded_length,
+            )
         if n > 1 and self._batch_cost(n, encoded.padded_length) > self.token_budget:
             for half in (encoded.items[: n // 2], encoded.items[n // 2 :]):
                 yield from self._run(self.encode(half))
@@ -462,7 +476,9 @@ class GenerationEngine:
         for i, item in enumerate(encoded.items):
             n_gen = first_eos[i] + 1 if has_eos[i] else steps
             ids = [t for t in new_tokens[i, : first_eos[i] if has_eos[i] else steps].tolist() if t not in self._skip_ids]
-            text = self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            text = item.response_prefix + self.tokenizer.decode(
+                ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
+            )
             results.append(
                 (item.request, GenerationResult(text, int(prompt_lengths[i]), n_gen, hit_limit=not has_eos[i]))
             )

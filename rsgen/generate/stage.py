@@ -46,7 +46,8 @@ class GenerateRunSummary:
     generated: int = 0
     accepted: int = 0
     generated_tokens: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # generating and verifying
+    load_seconds: float = 0.0  # loading the model
     model_loaded: bool = False
     engine_stats: Any = None
     reasons: Counter = field(default_factory=Counter)
@@ -192,10 +193,8 @@ def run_generate(recipe: RecipeConfig, state=None) -> GenerateRunSummary:
     for item in pending:  # a bad verifier mapping fails here, before any model work
         recipe.verifier_for(item.family)
 
-    start = time.perf_counter()
     if pending:
         _generate_pending(recipe, state, prepared, pending, store, summary)
-    summary.seconds = time.perf_counter() - start
 
     state.wait_for_everyone()
     if state.is_main_process:
@@ -209,6 +208,7 @@ def _generate_pending(recipe, state, prepared, pending, store, summary) -> None:
     from rsgen.generate.models import load_model_and_processor
     from rsgen.verify import verify_response
 
+    start = time.perf_counter()
     model, processor = load_model_and_processor(
         recipe.resolved_model,
         revision=recipe.model_revision,
@@ -218,6 +218,7 @@ def _generate_pending(recipe, state, prepared, pending, store, summary) -> None:
         device=state.device,
     )
     summary.model_loaded = True
+    summary.load_seconds = time.perf_counter() - start
     revision = _model_revision(recipe, model)
     engine = build_engine(recipe, model, processor)
     summary.engine_stats = engine.stats
@@ -257,6 +258,7 @@ def _generate_pending(recipe, state, prepared, pending, store, summary) -> None:
                 {"tok/s": f"{summary.generated_tokens / elapsed:.0f}", "accept": f"{summary.accepted / summary.generated:.1%}"},
                 refresh=False,
             )
+    summary.seconds = time.perf_counter() - start
 
 
 def print_summary_table(store: CheckpointStore, summary: GenerateRunSummary, total_items: int) -> None:
@@ -287,7 +289,7 @@ def print_summary_table(store: CheckpointStore, summary: GenerateRunSummary, tot
             f"this run (rank {summary.rank}): {summary.generated} items in {summary.seconds:.1f} s "
             f"({summary.generated / seconds:.2f} items/s, {summary.generated_tokens / seconds:.0f} generated tok/s, "
             f"{stats.batches} batches, padding efficiency {stats.padding_efficiency:.2f}, "
-            f"{stats.generate_seconds / seconds:.0%} of the time in generate)"
+            f"{stats.generate_seconds / seconds:.0%} of the time in generate; model loaded in {summary.load_seconds:.1f} s)"
         )
     else:
         lines.append(f"this run (rank {summary.rank}): nothing pending, model not loaded")

@@ -7,7 +7,8 @@ from rsgen.verify.decision import WRONG_ANSWER, Decision
 from rsgen.verify.inputs import check_inputs
 from rsgen.verify.normalize import text_info
 
-_new = tuple.__new__  # Decision(...) without its Python-level __new__: half the cost on the hot path
+# Decision(...) without its Python-level __new__: half the cost on the hot path.
+_new = tuple.__new__
 
 
 def exact(

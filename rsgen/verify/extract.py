@@ -10,9 +10,10 @@ Order (the first step that applies wins, later steps work on what the earlier on
    it (small models often stop right after the answer); a lone `</answer>` keeps what precedes it.
 3. The last `\\boxed{...}` (or `\\fbox{...}`) with balanced braces, nested braces included. A box cut off
    before its closing brace is skipped in favour of an earlier complete one; an empty box is no answer.
-4. The last explicit final-answer phrase: "The answer is ...", "Answer: ...", "Final answer: ..."
-   (any case, markdown bold allowed around it; among the last 256 occurrences of the word "answer"). The answer is the rest of that line (or the next
-   non-empty line when the phrase ends its line), cut at the first sentence end (". " / "! " / "? ").
+4. The last explicit final-answer phrase: "The answer is ...", "Answer: ...", "Final answer: ...",
+   "... answer would be ..." (any case, markdown bold allowed around it; the last 256 occurrences of the
+   word "answer" are examined). The answer is the rest of that line (or the next non-empty line when the
+   phrase ends its line), cut at the first sentence end (". " / "! " / "? ").
 5. Otherwise the whole remaining text.
 
 The result is trimmed (whitespace, and markdown emphasis `*`/`_`/backticks around it); an empty result
@@ -46,9 +47,8 @@ _TRIM_CHARS = " \t\r\n\f\v*_`"
 
 _NO_ANSWER = Extraction(None, NO_ANSWER)
 _BAD_INPUT = Extraction(None, BAD_INPUT)
-_new = (
-    tuple.__new__
-)  # Extraction(x) through its Python-level __new__ costs twice as much; this is the hot path
+# Extraction(x) goes through a Python-level __new__ that costs twice as much; this is the hot path.
+_new = tuple.__new__
 
 
 def extract_answer(response: str) -> Extraction:
@@ -96,7 +96,9 @@ def _strip_reasoning(text: str) -> str | None:
         text = text[cut:]
     if "<think" in text or "<reasoning>" in text:
         return None
-    if text[-1:] == ">" or (text[-1:].isspace() and text.rstrip()[-1:] == ">"):  # cheap test before the markers
+    if text[-1:] == ">" or (
+        text[-1:].isspace() and text.rstrip()[-1:] == ">"
+    ):  # cheap test before the markers
         text = text.rstrip()
         while text.endswith(_END_MARKERS):
             for marker in _END_MARKERS:

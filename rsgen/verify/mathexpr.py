@@ -10,8 +10,10 @@ Time limit (`timeout_seconds`, default 5): the whole item (parsing both sides an
 worker process (`rsgen.verify._math_worker`) under an alarm; past the limit the item is a non-match with
 reason `math_timeout`. If the worker does not answer within `timeout_seconds + KILL_GRACE_SECONDS` (work
 stuck in C code), it is killed and restarted, and the item is `math_timeout` too. So a math check never
-takes longer than that bound, in any thread, and never hangs a run. The worker is started on first use
-(about a second), shared by all threads of the process (calls are serialised) and restarted after a fork.
+takes longer than that bound, in any thread, and never hangs a run. An item that exhausts the worker's
+memory limit (`RSGEN_MATH_WORKER_MEMORY_MB`, default 4096) is `math_timeout` as well; one that makes
+math-verify fail in any other way is a `wrong_answer`. The worker is started on first use (about a second),
+shared by all threads of the process (calls are serialised) and restarted after a fork.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ KILL_GRACE_SECONDS = 1.0
 STARTUP_TIMEOUT_SECONDS = 120.0
 MAX_MATH_CHARS = 5000
 
-_new = tuple.__new__  # Decision(...) without its Python-level __new__: half the cost on the hot path
+# Decision(...) without its Python-level __new__: half the cost on the hot path.
+_new = tuple.__new__
 
 
 class MathWorkerError(RuntimeError):
@@ -58,7 +61,7 @@ class MathWorker:
         self.starts = 0  # worker processes started so far: 1 + kills after late replies + crashes + forks
 
     def check(self, golds: list[str], prediction: str, timeout: float) -> str:
-        """ "match", "nomatch", "timeout" or "error" for one item, within timeout + KILL_GRACE_SECONDS."""
+        """One item: "match", "nomatch", "timeout" or "error", within timeout + KILL_GRACE_SECONDS."""
         request = (json.dumps({"gold": golds, "pred": prediction, "timeout": timeout}) + "\n").encode("ascii")
         with self._lock:
             if self._proc is None or self._owner_pid != os.getpid() or self._proc.poll() is not None:
@@ -85,6 +88,8 @@ class MathWorker:
         # A process inherited through fork belongs to the parent: leave it alone and start our own.
         self._proc = None
         self._buffer = b""
+        if self._stderr is not None and self._owner_pid == os.getpid():
+            self._stderr.close()
         package_root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

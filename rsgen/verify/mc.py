@@ -54,7 +54,8 @@ _CACHEABLE_CHARS = 200
 _forms_cache: dict[tuple[str, int], tuple] = {}
 _option_pattern_cache: dict[str, re.Pattern] = {}
 
-_new = tuple.__new__  # Decision(...) without its Python-level __new__: half the cost on the hot path
+# Decision(...) without its Python-level __new__: half the cost on the hot path.
+_new = tuple.__new__
 
 
 def _clean(text: str) -> str:

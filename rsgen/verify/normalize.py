@@ -104,16 +104,23 @@ _NUMBER_RE = re.compile(
 
 
 _DIGITS = frozenset("0123456789")
+_DIGIT_RE = re.compile(r"\d")
 
 
 def parse_number(text: str) -> Number | None:
     """The number `text` (already normalised, so lowercase) states, or None if it is not a number."""
     if not text or len(text) > MAX_NUMBER_CHARS:
         return None
-    if (
-        text[0] in _DIGITS and text.isascii() and text.replace(".", "", 1).isdigit()
-    ):  # the common case: 12, 41.5
-        return Number(float(text), False, "", "")
+    # Fast paths for the shapes chart answers mostly take; the general pattern below handles the rest.
+    if text.isascii():
+        if text[0] in _DIGITS and text.replace(".", "", 1).isdigit():  # 12, 41.5
+            return Number(float(text), False, "", "")
+        if text[-1] == "%" and text[0] in _DIGITS and text[:-1].replace(".", "", 1).isdigit():  # 45%, 4.5%
+            return Number(float(text[:-1]), True, "", "")
+        if text[0] == "-" and text[1:2] in _DIGITS and text[1:].replace(".", "", 1).isdigit():  # -3, -0.5
+            return Number(-float(text[1:]), False, "", "")
+    if _DIGIT_RE.search(text) is None:  # words: not a number, and no need for the full pattern
+        return None
     m = _NUMBER_RE.fullmatch(text)
     if m is None:
         return None
@@ -165,14 +172,22 @@ def text_info(text: str) -> tuple[str, Number | None, float | None]:
     currency or unit -- else None), memoised for short texts. Verifiers read the memo directly first."""
     info = _info_cache.get(text)
     if info is None:
-        normalized = normalize_text(text)
-        number = parse_number(normalized)
-        plain = (
-            number.value
-            if number is not None and not (number.percent or number.currency or number.unit)
-            else None
-        )
-        info = (normalized, number, plain)
+        if (
+            text[:1] in _DIGITS
+            and text[-1:] in _DIGITS
+            and text.isascii()
+            and text.replace(".", "", 1).isdigit()
+        ):
+            # A bare decimal number ("12", "41.27"), the most common answer: already normalised.
+            value = float(text) if len(text) <= MAX_NUMBER_CHARS else None
+            info = (text, None if value is None else Number(value, False, "", ""), value)
+        else:
+            normalized = normalize_text(text)
+            number = parse_number(normalized)
+            plain = None
+            if number is not None and not (number.percent or number.currency or number.unit):
+                plain = number.value
+            info = (normalized, number, plain)
         if len(text) <= _CACHEABLE_CHARS:
             if len(_info_cache) >= _CACHE_ENTRIES:
                 _info_cache.clear()

@@ -18,7 +18,8 @@ from rsgen.verify.normalize import text_info, units_compatible, value_pairs
 
 DEFAULT_TOLERANCE = 1e-6
 
-_new = tuple.__new__  # Decision(...) without its Python-level __new__: half the cost on the hot path
+# Decision(...) without its Python-level __new__: half the cost on the hot path.
+_new = tuple.__new__
 
 
 def numeric(

@@ -50,6 +50,8 @@ def compare(
     verifier = VERIFIERS.get(name) if type(name) is str else None
     if verifier is None:
         verifier = get_verifier(name)  # raises the clear error
+    if options is None and not kw:
+        return verifier(prediction, references)  # a positional call is cheaper; this is the hot path
     return verifier(prediction, references, options=options, **kw)
 
 
@@ -61,4 +63,6 @@ def verify_response(name: str, response: str, references: str | list[str], *, op
     extraction = extract_answer(response)
     if extraction.answer is None:
         return Decision(False, extraction.reason, None)  # (rare path: the readable constructor is fine)
+    if options is None and not kw:
+        return verifier(extraction.answer, references)
     return verifier(extraction.answer, references, options=options, **kw)

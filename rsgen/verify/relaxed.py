@@ -18,6 +18,8 @@ Decisions where the official code (`float()` plus a '%' -> /100 rule) is silent 
   on the number; when both sides state a unit (or currency), the units must be equal, else the pair is
   compared as strings. A unit is at most three short words; "5 apples, not 6" is not a number.
 - Several references (a list): the prediction matches if it matches any of them.
+- Formatting around an answer is not part of it: markdown emphasis, `$...$`, a whole-answer `\\text{...}`,
+  runs of whitespace (see `normalize_text`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ RELATIVE_TOLERANCE = 0.05
 _FLOAT_SLACK = 1e-9  # so that 105 vs 100 is inside 5% despite binary floating point
 _BOUND = RELATIVE_TOLERANCE + _FLOAT_SLACK
 
-_new = tuple.__new__  # Decision(...) without its Python-level __new__: half the cost on the hot path
+# Decision(...) without its Python-level __new__: half the cost on the hot path.
+_new = tuple.__new__
 
 
 def within(prediction: Number, reference: Number, tolerance: float) -> bool:

@@ -47,7 +47,9 @@ def demo_questions(num_images: int):
 
 
 def _request(key, text, png):
-    return ChatRequest(key, [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}], [png])
+    return ChatRequest(
+        key, [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}], [png]
+    )
 
 
 def test_shipped_model_is_small_and_documented():
@@ -60,7 +62,10 @@ def test_shipped_model_is_small_and_documented():
 
 def test_answers_with_a_short_reasoning_trace_and_some_are_right(engine):
     questions = demo_questions(8)
-    by_key = {request.key: result for request, result in engine.generate(_request(k, t, p) for k, t, _, p in questions)}
+    by_key = {
+        request.key: result
+        for request, result in engine.generate(_request(k, t, p) for k, t, _, p in questions)
+    }
     right = 0
     for key, _text, reference, _png in questions:
         result = by_key[key]
@@ -79,7 +84,7 @@ def test_thinking_off_answers_directly(engine):
         engine.model, engine.processor, max_new_tokens=16, temperature=0.0, token_budget=8192,
         chat_template_kwargs={"enable_thinking": False},
     )  # fmt: skip
-    for _request_, result in off.generate(_request(k, t, p) for k, t, _, p in questions):
+    for _, result in off.generate(_request(k, t, p) for k, t, _, p in questions):
         assert "<think>" not in result.text and "</think>" not in result.text
         assert re.fullmatch(r"\S[^\n]*", result.text), result.text
 
@@ -91,8 +96,26 @@ def test_judge_grades_with_the_judge_prompt(engine):
         wrong = str(int(reference) + 2) if reference.isdigit() else ("A" if reference != "A" else "B")
         for kind, candidate in (("same", reference), ("other", wrong)):
             prompt = render_judge_prompt(text, reference, candidate)
-            requests.append(ChatRequest(f"{key}:{kind}", [{"role": "user", "content": [{"type": "text", "text": prompt}]}]))
+            requests.append(
+                ChatRequest(
+                    f"{key}:{kind}", [{"role": "user", "content": [{"type": "text", "text": prompt}]}]
+                )
+            )
             expected[f"{key}:{kind}"] = "CORRECT" if kind == "same" else "WRONG"
     verdicts = {r.key: parse_verdict(res.text, res.hit_limit) for r, res in engine.generate(requests)}
     agreed = sum(verdicts[k] == v for k, v in expected.items())
     assert agreed >= 0.8 * len(expected), verdicts
+
+
+def test_model_was_trained_on_the_shipped_judge_prompt():
+    import hashlib
+    import json
+
+    from rsgen.judge.prompt import load_template
+
+    record = json.loads((demo_model_path() / "rsgen_training.json").read_text())
+    current = hashlib.sha256(load_template().encode()).hexdigest()
+    assert record["judge_template_sha256"] == current, (
+        "rsgen/judge/prompt.txt changed since the demo model was trained on it: "
+        "retrain with `python scripts/train_demo_model.py` (see its docstring)"
+    )

@@ -176,6 +176,18 @@ def test_token_counts_and_decoding(zoo_model_path):
     assert [res.prompt_tokens for res in (first, second, third)] == lengths
 
 
+@pytest.mark.slow
+def test_reasoning_tag_opened_by_the_template_is_kept(zoo_model_path):
+    """Thinking-only templates end the prompt with "<think>\n": the response still starts with the tag."""
+    model, processor = load_model_and_processor(zoo_model_path("qwen3_vl"))
+    processor.chat_template += "{%- if add_generation_prompt -%}{{ '<think>\n' }}{%- endif -%}"
+    requests = image_requests(3, seed=2)
+    got, _ = run_engine(model, processor, requests, token_budget=10**6)
+    for r in requests:
+        expected = naive_generate(model, processor, r, MAX_NEW, THINKING)
+        assert got[r.key] == {**expected, "text": "<think>\n" + expected["text"]}
+
+
 def test_image_count_must_match_image_parts(loaded):
     model, processor = loaded("llava")
     engine = GenerationEngine(model, processor, max_new_tokens=4)

@@ -64,7 +64,7 @@ def test_mc_options_and_numeric_tolerance_and_math_timeout(metrics):
     )
     assert numeric["matches"] == [True, False]
     math = metrics["math"].compute(
-        predictions=["\\boxed{(10^{6})!}", "\\boxed{1/2}"], references=["5", "0.5"], timeout_seconds=0.5
+        predictions=["\\boxed{(10^{7})!}", "\\boxed{1/2}"], references=["5", "0.5"], timeout_seconds=0.5
     )
     assert math["reasons"] == ["math_timeout", None]
 

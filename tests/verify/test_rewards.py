@@ -84,7 +84,7 @@ def test_custom_column_and_verifier_keywords():
 
 def test_math_reward_with_timeout():
     reward = reward_function("math", timeout_seconds=0.5)
-    completions = ["\\boxed{\\frac{2}{4}}", "\\boxed{(10^{6})!}"]
+    completions = ["\\boxed{\\frac{2}{4}}", "\\boxed{(10^{7})!}"]
     assert reward(completions=completions, answer=["0.5", "5"]) == [1.0, 0.0]
 
 

@@ -1,0 +1,145 @@
+"""`rsgen run` end to end with a real tiny model: one process vs two (accelerate), and SIGKILL in every stage.
+
+The reference is one uninterrupted single-process run; the other runs must end with the same dataset rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.slow
+
+
+def write_recipe(tmp: Path, model: str, name: str) -> Path:
+    recipe = {
+        "model_name_or_path": model,
+        "output_dir": str(tmp / name),
+        "sources": [
+            {
+                "dataset_name": "rsgen-demo",
+                "demo_num_images": 6,
+                "demo_seed": 11,
+                "family_column": "family",
+                "options_column": "options",
+                "source_id_column": "source_id",
+            }
+        ],
+        "max_new_tokens": 24,
+        "judge_max_new_tokens": 8,
+        "token_budget": 256,  # small batches, so every stage writes several checkpoint parts
+        "checkpoint_every_items": 2,
+        "verifier": {"CLEVRMath": "relaxed", "DemoChart": "relaxed", "DemoMC": "mc"},
+        "judge_calibration_size": 4,
+        "prepare_num_proc": 1,
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def env() -> dict:
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def rsgen_run(recipe: Path, processes: int = 1) -> subprocess.Popen:
+    if processes == 1:
+        cmd = [sys.executable, "-m", "rsgen", "run", "--config", str(recipe)]
+    else:
+        cmd = [str(BIN / "accelerate"), "launch", "--config_file", str(ROOT / "accelerate_configs/cpu_2proc.yaml"),
+               "--num_processes", str(processes), "--main_process_port", "29631", "-m", "rsgen", "run",
+               "--config", str(recipe)]
+    # A new session so a SIGKILL reaches every process of the run (torchrun children included).
+    return subprocess.Popen(cmd, cwd=recipe.parent, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen) -> str:
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def dataset_rows(output_dir: Path) -> dict[str, list[str]]:
+    """Config -> its rows as canonical JSON, sorted (order aside)."""
+    out = {}
+    for config_dir in sorted((output_dir / "dataset" / "data").iterdir()):
+        rows = []
+        for shard in sorted(config_dir.glob("*.parquet")):
+            rows += [json.dumps(r, sort_keys=True, default=lambda b: b.hex()) for r in pq.read_table(shard).to_pylist()]
+        out[config_dir.name] = sorted(rows)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, tiny_vlm_factory):
+    tmp = tmp_path_factory.mktemp("pipeline")
+    model = tiny_vlm_factory("qwen2_vl")
+    recipe = write_recipe(tmp, model, "reference")
+    finish(rsgen_run(recipe))
+    return tmp, model, dataset_rows(tmp / "reference")
+
+
+def test_reference_run_is_complete(reference):
+    tmp, _, rows = reference
+    stats = json.loads((tmp / "reference" / "stats.json").read_text())
+    assert set(stats["families"]) == {"CLEVRMath", "DemoChart", "DemoMC"}
+    for family, fam in stats["families"].items():
+        assert any(name.startswith(family) for name in rows)
+        assert fam["accepted_qa"] + fam["rejected_qa"] == fam["prepared_qa"]
+    run = json.loads((tmp / "reference" / "run.json").read_text())
+    assert set(run["stages"]) == {"prepare", "generate", "judge", "emit"}
+    assert run["finished_at"] and run["packages"]["transformers"]
+
+
+def test_two_processes_give_the_same_dataset(reference):
+    tmp, model, rows = reference
+    recipe = write_recipe(tmp, model, "two_procs")
+    out = finish(rsgen_run(recipe, processes=2))
+    assert "2 process" in out  # the stages saw two ranks
+    assert dataset_rows(tmp / "two_procs") == rows
+
+
+# What shows that a stage is in progress: its partial output exists on disk.
+IN_PROGRESS = {
+    "prepare": lambda d: (d / "prepared.partial").exists(),
+    "generate": lambda d: any((d / "work" / "generate").glob("*.jsonl")),
+    "judge": lambda d: any((d / "work" / "judge").glob("*.jsonl")),
+    "emit": lambda d: (d / "dataset.partial").exists(),
+}
+
+
+def test_sigkill_in_every_stage_then_rerun_gives_the_same_dataset(reference):
+    tmp, model, rows = reference
+    recipe = write_recipe(tmp, model, "killed")
+    out_dir = tmp / "killed"
+    killed_in = []
+    for stage, in_progress in IN_PROGRESS.items():
+        proc = rsgen_run(recipe)
+        while proc.poll() is None and not in_progress(out_dir):
+            time.sleep(0.01)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            killed_in.append(stage)
+        else:
+            proc.communicate()
+    finish(rsgen_run(recipe))
+    # Generation and judging are long enough that the kill always lands inside them.
+    assert {"generate", "judge"} <= set(killed_in), killed_in
+    assert dataset_rows(out_dir) == rows
+    # And a rerun of a finished run does no model work.
+    again = finish(rsgen_run(recipe))
+    assert "Loading weights" not in again
