@@ -48,7 +48,9 @@ def distributed_state() -> PartialState:
     import torch
 
     # Without cpu=True, CPU processes under torchrun all believe they are rank 0 (DESIGN.md, measured).
-    return PartialState(cpu=not torch.cuda.is_available())
+    # A long timeout: ranks reach the barrier after generate/judge at different times, and NCCL's default of
+    # 10 minutes would crash a days-long run at the end of a stage.
+    return PartialState(cpu=not torch.cuda.is_available(), timeout=_dt.timedelta(hours=24))
 
 
 def _package_versions() -> dict[str, str]:

@@ -36,3 +36,13 @@ def test_striping_covers_every_key_once_for_any_world_size():
     for world in (1, 2, 3, 8):
         got = [k for r in range(world) for k in shard_for_rank(keys, r, world)]
         assert sorted(got) == sorted(keys)
+
+
+def test_done_keys_reads_keys_without_full_parse_and_matches_records(tmp_path):
+    store = CheckpointStore(tmp_path)
+    with store.writer(0, every_items=3) as w:
+        for i in range(10):
+            w.add({"response": "x" * i, "key": f'k"{i}', "id": i})
+    line = next(iter(store.parts())).read_text().splitlines()[0]
+    assert line.startswith('{"key": ')
+    assert store.done_keys() == set(store.records()) == {f'k"{i}' for i in range(10)}
