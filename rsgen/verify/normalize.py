@@ -105,6 +105,7 @@ _NUMBER_RE = re.compile(
 
 _DIGITS = frozenset("0123456789")
 _DIGIT_RE = re.compile(r"\d")
+_new = tuple.__new__  # Number(...) without its Python-level __new__, on the hot path
 
 
 def parse_number(text: str) -> Number | None:
@@ -114,11 +115,11 @@ def parse_number(text: str) -> Number | None:
     # Fast paths for the shapes chart answers mostly take; the general pattern below handles the rest.
     if text.isascii():
         if text[0] in _DIGITS and text.replace(".", "", 1).isdigit():  # 12, 41.5
-            return Number(float(text), False, "", "")
+            return _new(Number, (float(text), False, "", ""))
         if text[-1] == "%" and text[0] in _DIGITS and text[:-1].replace(".", "", 1).isdigit():  # 45%, 4.5%
-            return Number(float(text[:-1]), True, "", "")
+            return _new(Number, (float(text[:-1]), True, "", ""))
         if text[0] == "-" and text[1:2] in _DIGITS and text[1:].replace(".", "", 1).isdigit():  # -3, -0.5
-            return Number(-float(text[1:]), False, "", "")
+            return _new(Number, (-float(text[1:]), False, "", ""))
     if _DIGIT_RE.search(text) is None:  # words: not a number, and no need for the full pattern
         return None
     m = _NUMBER_RE.fullmatch(text)
@@ -139,7 +140,7 @@ def parse_number(text: str) -> Number | None:
         value = -value
     if unit:
         unit = unit.rstrip(".")
-    return Number(value, percent is not None, currency or currency2 or "", unit or "")
+    return _new(Number, (value, percent is not None, currency or currency2 or "", unit or ""))
 
 
 def units_compatible(a: Number, b: Number) -> bool:
@@ -172,15 +173,11 @@ def text_info(text: str) -> tuple[str, Number | None, float | None]:
     currency or unit -- else None), memoised for short texts. Verifiers read the memo directly first."""
     info = _info_cache.get(text)
     if info is None:
-        if (
-            text[:1] in _DIGITS
-            and text[-1:] in _DIGITS
-            and text.isascii()
-            and text.replace(".", "", 1).isdigit()
-        ):
+        whole, dot, fraction = text.partition(".")
+        if whole.isdigit() and (fraction.isdigit() or not dot) and text.isascii():
             # A bare decimal number ("12", "41.27"), the most common answer: already normalised.
             value = float(text) if len(text) <= MAX_NUMBER_CHARS else None
-            info = (text, None if value is None else Number(value, False, "", ""), value)
+            info = (text, None if value is None else _new(Number, (value, False, "", "")), value)
         else:
             normalized = normalize_text(text)
             number = parse_number(normalized)
