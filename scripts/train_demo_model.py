@@ -115,16 +115,18 @@ def judge_example(rng: random.Random, question: str, answer: str) -> tuple[str, 
         # UNSURE is for references that cannot be graded against.
         bad_reference = rng.choice(["", "N/A", "?", "unknown", "none"])
         prompt = render_judge_prompt(question, bad_reference, reference)
-        return prompt, f"Reference: {bad_reference or 'empty'}. Unusable.", "UNSURE"
+        return prompt, f"Reference: {bad_reference or 'empty'}. UNSURE.", "UNSURE"
     if roll < 0.53:
         candidate = reference
         if not reference.isdigit() and len(reference) > 1 and rng.random() < 0.2:
             candidate = rng.choice([reference.capitalize(), reference + "."])
-        verdict, word = "CORRECT", "Same"
+        verdict = "CORRECT"
     else:
-        candidate, verdict, word = wrong_candidate(rng, reference), "WRONG", "Different"
+        candidate, verdict = wrong_candidate(rng, reference), "WRONG"
     prompt = render_judge_prompt(question, reference, candidate)
-    return prompt, f"Reference: {reference}. Candidate: {candidate}. {word}.", verdict
+    # The verdict is decided right after both values are written down, and the final answer repeats it: the
+    # same "copy the last value of the reasoning" step as in the image answers.
+    return prompt, f"Reference: {reference}. Candidate: {candidate}. {verdict}.", verdict
 
 
 def completion_text(reasoning: str | None, answer: str) -> str:
@@ -247,8 +249,7 @@ def training_examples(
         corpus += [text, content]
         if rng.random() < judge_share:
             prompt, judge_reasoning, verdict = judge_example(rng, text, answer)
-            judge_thinking = rng.random() >= nothink_share
-            judge_content = completion_text(judge_reasoning if judge_thinking else "", verdict)
+            judge_content = completion_text(judge_reasoning, verdict)
             judge_rows.append(
                 {
                     "prompt": [{"role": "user", "content": [{"type": "text", "text": prompt}]}],
@@ -256,7 +257,7 @@ def training_examples(
                         {"role": "assistant", "content": [{"type": "text", "text": judge_content}]}
                     ],
                     "images": [],
-                    "chat_template_kwargs": {"enable_thinking": judge_thinking},
+                    "chat_template_kwargs": {"enable_thinking": True},
                 }
             )
             corpus += [prompt, judge_content]
