@@ -10,13 +10,14 @@ What it learns, from the procedural demo pool (`rsgen.demo.pool`, training seed 
   reasoning trace: `<think>\\nThere are 7 objects. Subtract 2 big blue things: 5 left.\\n</think>\\n\\n5`.
   A share of the examples are rendered with `enable_thinking=False` and answered without reasoning.
 - to judge: the judge stage's own prompt (`rsgen.judge.prompt.render_judge_prompt`, text only) answered with
-  `<think>\\nReference: 5. Candidate: 7. Different.\\n</think>\\n\\nWRONG` (or CORRECT, or UNSURE when the
-  reference is unusable).
+  `<think>\\nReference: 5. Candidate: 7. WRONG.\\n</think>\\n\\nWRONG` (or CORRECT, or UNSURE when the
+  reference is unusable). Half of the references are drawn at random (of the right kind), so the judge has to
+  read the reference instead of guessing it from the question.
 
 Everything is built offline from a config: a byte-level BPE tokenizer trained on the pool's text, the ChatML
 template of the test zoo (with `enable_thinking`), Qwen2-VL's processor without its video part (no torchvision),
 images of 168 x 112 pixels = 6 x 4 image tokens, one per cell of the pool's object grid. Training is
-`trl.SFTTrainer` on prompt-completion data (loss on the completion only), fixed seeds, float32, CPU.
+`trl.SFTTrainer` on prompt-completion data (loss on the whole sequence, see below), fixed seeds, float32, CPU.
 
 Measured on the 2-core development machine (shared with other jobs): see TRAINING_LOG at the bottom of this
 docstring, which the script's last run printed.
@@ -333,7 +334,11 @@ def train(args) -> Path:
         remove_unused_columns=False,  # keeps `chat_template_kwargs` (thinking on/off per row)
         dataloader_num_workers=0,
         max_length=None,
-        completion_only_loss=True,
+        # Loss on the whole sequence, prompts included. With the loss on completions only, the verdict words
+        # occur only as targets in identical contexts and their embeddings never separate: the judge stayed at
+        # chance (measured). Modelling the judge prompt, where CORRECT and WRONG appear in different places,
+        # breaks that symmetry.
+        completion_only_loss=False,
         disable_tqdm=True,
     )
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=processor)

@@ -27,7 +27,9 @@ def run_demo(output_dir: str = "runs/demo", num_images: int | None = None, seed:
         layout = OutputLayout(recipe.output_dir)
         print_stats_table(json.loads(layout.stats_json.read_text()))
         print(f"\ndemo finished in {time.perf_counter() - start:.0f} s")
-        print(f"dataset: {layout.dataset}  (load with datasets.load_dataset({str(layout.dataset)!r}, 'CLEVRMath_rejected'))")
+        configs = sorted(p.name for p in (layout.dataset / "data").iterdir())
+        print(f"dataset: {layout.dataset}  (configs: {', '.join(configs)})")
+        print(f"         load one with datasets.load_dataset({str(layout.dataset)!r}, {configs[0]!r}, split='train')")
         print(f"card:    {layout.dataset / 'README.md'}")
     return OutputLayout(recipe.output_dir).dataset
 
