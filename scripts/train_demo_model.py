@@ -10,9 +10,9 @@ What it learns, from the procedural demo pool (`rsgen.demo.pool`, training seed 
   reasoning trace: `<think>\\nThere are 7 objects. Subtract 2 big blue things: 5 left.\\n</think>\\n\\n5`.
   A share of the examples are rendered with `enable_thinking=False` and answered without reasoning.
 - to judge: the judge stage's own prompt (`rsgen.judge.prompt.render_judge_prompt`, text only) answered with
-  `<think>\\nReference: 5. Candidate: 7. WRONG.\\n</think>\\n\\nWRONG` (or CORRECT, or UNSURE when the
-  reference is unusable). Half of the references are drawn at random (of the right kind), so the judge has to
-  read the reference instead of guessing it from the question.
+  `<think>\\nReference: 5. Candidate: 7. Agreed: none. WRONG.\\n</think>\\n\\nWRONG` (or
+  `Agreed: 5. CORRECT.`, or UNSURE when the reference is unusable). Half of the references are drawn at
+  random (of the right kind), so the judge has to read the reference instead of guessing it from the question.
 
 Everything is built offline from a config: a byte-level BPE tokenizer trained on the pool's text, the ChatML
 template of the test zoo (with `enable_thinking`), Qwen2-VL's processor without its video part (no torchvision),
@@ -114,20 +114,19 @@ def judge_example(rng: random.Random, question: str, answer: str) -> tuple[str, 
     roll = rng.random()
     if roll < 0.06:
         # UNSURE is for references that cannot be graded against.
-        bad_reference = rng.choice(["", "N/A", "?", "unknown", "none"])
+        bad_reference = rng.choice(["", "N/A", "?", "unknown", "-"])
         prompt = render_judge_prompt(question, bad_reference, reference)
         return prompt, f"Reference: {bad_reference or 'empty'}. UNSURE.", "UNSURE"
     if roll < 0.53:
-        candidate = reference
-        if not reference.isdigit() and len(reference) > 1 and rng.random() < 0.2:
-            candidate = rng.choice([reference.capitalize(), reference + "."])
-        verdict = "CORRECT"
+        candidate, verdict, agreed = reference, "CORRECT", reference
     else:
-        candidate, verdict = wrong_candidate(rng, reference), "WRONG"
+        candidate, verdict, agreed = wrong_candidate(rng, reference), "WRONG", "none"
     prompt = render_judge_prompt(question, reference, candidate)
-    # The verdict is decided right after both values are written down, and the final answer repeats it: the
-    # same "copy the last value of the reasoning" step as in the image answers.
-    return prompt, f"Reference: {reference}. Candidate: {candidate}. {verdict}.", verdict
+    # "Agreed: X" writes the value both sides share, or "none". Tried first: the verdict straight after the two
+    # values, which needs a learned equality test; at this size it stayed at chance for 1,000+ steps. Writing
+    # the shared value only needs the two copying steps the model already has (a value copied from both sides
+    # outscores "none", one copied from one side does not), and the verdict then follows from "none" or not.
+    return prompt, f"Reference: {reference}. Candidate: {candidate}. Agreed: {agreed}. {verdict}.", verdict
 
 
 def completion_text(reasoning: str | None, answer: str) -> str:
