@@ -17,12 +17,18 @@ What it learns, from the procedural demo pool (`rsgen.demo.pool`, training seed 
 Everything is built offline from a config: a byte-level BPE tokenizer trained on the pool's text, the ChatML
 template of the test zoo (with `enable_thinking`), Qwen2-VL's processor without its video part (no torchvision),
 images of 168 x 112 pixels = 6 x 4 image tokens, one per cell of the pool's object grid. Training is
-`trl.SFTTrainer` on prompt-completion data (loss on the whole sequence, see below), fixed seeds, float32, CPU.
+`trl.SFTTrainer` on prompt-completion data in two phases, fixed seeds, float32, CPU:
 
-Measured on the 2-core development machine (shared with other jobs): see TRAINING_LOG at the bottom of this
-docstring, which the script's last run printed.
+1. from scratch, 4,000 images: image questions (loss on the answer) and judge prompts (loss on the whole
+   sequence, which is how a model this small learns to copy the two values; see `judge_prompt_loss_collator`);
+2. 1,200 further images: judge prompts and image questions in alternating batches, loss on the completion only.
+   After phase 1 the judge copies both values but writes "Agreed: none" to equal ones too; phase 2 teaches
+   the comparison.
 
-TRAINING_LOG: (filled in below after the final run)
+Measured with the defaults on the 2-core development machine (idle, 2 torch threads): 17.0 min of training
+(phase 1 12.4, phase 2 4.6) and under a minute of evaluation; the shipped model is that run's output. The
+evaluation the script prints after training (and stores in `rsgen_training.json` and the model card) is on
+pool seed EVAL_SEED, which training never saw.
 """
 
 from __future__ import annotations
@@ -272,7 +278,9 @@ def training_examples(
     return [row for batch in batches for row in batch], corpus
 
 
-def judge_phase_examples(first_image: int, num_images: int, batch_size: int, seed: int = TRAIN_SEED):
+def judge_phase_examples(
+    first_image: int, num_images: int, nothink_share: float, batch_size: int, seed: int = TRAIN_SEED
+):
     """Phase 2 SFT rows: every question of pool images [first_image, first_image + num_images) once as an image
     question and once as a judge prompt, in alternating batches.
 
@@ -281,7 +289,10 @@ def judge_phase_examples(first_image: int, num_images: int, batch_size: int, see
     rng = random.Random(f"rsgen-demo-judge-phase:{seed}")
     vqa_rows, judge_rows = [], []
     for png, text, reasoning, answer, _family in vqa_examples(seed, num_images, first_image):
-        vqa_rows.append(vqa_row(png, text, completion_text(reasoning, answer), True))
+        # Thinking off as in phase 1: without it, answers with thinking off drifted to start with a new line.
+        thinking = rng.random() >= nothink_share
+        content = completion_text(reasoning, answer) if thinking else completion_text("", answer)
+        vqa_rows.append(vqa_row(png, text, content, thinking))
         prompt, judge_reasoning, verdict = judge_example(rng, text, answer)
         judge_rows.append(judge_row(prompt, completion_text(judge_reasoning, verdict)))
     rng.shuffle(vqa_rows)
@@ -392,7 +403,9 @@ def train(args) -> Path:
 
     # Phase 2: after phase 1 the judge copies both values but writes "Agreed: none" to equal ones as well; a short
     # phase with the loss on the judge's completion only (and image questions in between) teaches the comparison.
-    judge_rows = judge_phase_examples(args.num_images, args.judge_phase_images, args.batch_size)
+    judge_rows = judge_phase_examples(
+        args.num_images, args.judge_phase_images, args.nothink_share, args.batch_size
+    )
     print(f"phase 2: {len(judge_rows)} rows from {args.judge_phase_images} further images", flush=True)
     phase2 = sft_config(work, args.batch_size, num_train_epochs=1, learning_rate=args.judge_phase_lr,
                         lr_scheduler_type="constant_with_warmup", warmup_steps=20)  # fmt: skip
@@ -478,7 +491,8 @@ Measured on {qa} questions of {eval_images} images of a pool seed it never saw (
 | judge says WRONG to verifier-rejected answers | {judge_wrong:.1%} |
 
 It gets many demo questions right and many wrong, which is the point: its answers split into accepted and
-rejected, and its judge mostly agrees with the verifier (the judge's misses are the demo's judge promotions).
+rejected, and its judge mostly agrees with the verifier. The judge's misses become the demo's judge promotions;
+they are mostly larger numbers one apart (7 and 8, 9 and 10), which the pool has fewer of.
 
 **What it is not.** It is not a general VLM and knows nothing beyond the demo pool's drawings and templates; its
 tokenizer was trained on that text only. Do not use it for anything but trying rsgen.
@@ -604,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--warmup-steps", type=int, default=50)
     parser.add_argument("--judge-share", type=float, default=0.5)
-    parser.add_argument("--judge-phase-images", type=int, default=800)
+    parser.add_argument("--judge-phase-images", type=int, default=1200)
     parser.add_argument("--judge-phase-lr", type=float, default=1e-3)
     parser.add_argument("--nothink-share", type=float, default=0.1)
     # Default: two threads on an idle machine, one when other jobs are running (two oversubscribed threads were

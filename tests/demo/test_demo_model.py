@@ -11,6 +11,7 @@ from rsgen.generate.engine import ChatRequest, GenerationEngine
 from rsgen.generate.models import load_model_and_processor
 from rsgen.judge.prompt import render_judge_prompt
 from rsgen.judge.verdict import parse_verdict
+from rsgen.verify import verify_response
 from rsgen.verify.extract import extract_answer
 
 INSTRUCTION = "Answer in short without any other content."
@@ -89,14 +90,37 @@ def test_thinking_off_answers_directly(engine):
         assert re.fullmatch(r"\S[^\n]*", result.text), result.text
 
 
-def test_judge_answers_one_verdict_and_agrees_when_the_candidate_is_the_reference(engine):
-    """The calibration property the demo reports: on pairs the verifier accepted, the judge says CORRECT."""
-    questions = demo_questions(4)[:12]
+def _judge(engine, pairs):
+    """{key: verdict} for (key, question text, reference, candidate) pairs, through the judge stage's prompt."""
     requests = [
-        ChatRequest(key, [{"role": "user", "content": [{"type": "text", "text": render_judge_prompt(text, ref, ref)}]}])
-        for key, text, ref, _png in questions
+        ChatRequest(
+            key, [{"role": "user", "content": [{"type": "text", "text": render_judge_prompt(t, ref, cand)}]}]
+        )
+        for key, t, ref, cand in pairs
     ]
-    verdicts = {r.key: parse_verdict(res.text, res.hit_limit) for r, res in engine.generate(requests)}
+    return {r.key: parse_verdict(res.text, res.hit_limit) for r, res in engine.generate(requests)}
+
+
+def test_judge_says_wrong_to_the_models_own_wrong_answers(engine):
+    """What the demo's rejected split rests on: the judge compares, it does not wave candidates through. The
+    candidates are the model's answers that the demo recipe's verifiers reject, as in `rsgen demo`."""
+    questions = demo_questions(16)
+    responses = {r.key: res.text for r, res in engine.generate(_request(k, t, p) for k, t, _, p in questions)}
+    wrong = []
+    for key, text, reference, _png in questions:
+        verifier = "mc" if "\nA. " in text else "relaxed"
+        decision = verify_response(verifier, responses[key], reference)
+        if not decision.match and decision.extracted is not None:
+            wrong.append((key, text, reference, decision.extracted))
+    assert len(wrong) >= 20, len(wrong)
+    verdicts = _judge(engine, wrong)
+    said_wrong = sum(v == "WRONG" for v in verdicts.values())
+    assert said_wrong >= 0.8 * len(wrong), (said_wrong, len(wrong), verdicts)
+
+
+def test_judge_says_correct_when_the_candidate_is_the_reference(engine):
+    """The calibration property the demo reports: on pairs the verifier accepted, the judge says CORRECT."""
+    verdicts = _judge(engine, [(key, text, ref, ref) for key, text, ref, _png in demo_questions(8)])
     assert sum(v == "CORRECT" for v in verdicts.values()) >= 0.8 * len(verdicts), verdicts
 
 
