@@ -391,7 +391,8 @@ def train(args) -> Path:
     )
     work = Path(args.output).with_name(Path(args.output).name + ".trainer")
     phase1 = sft_config(work, args.batch_size, num_train_epochs=args.epochs, learning_rate=args.lr,
-                        lr_scheduler_type="cosine", warmup_steps=args.warmup_steps, max_steps=args.max_steps)  # fmt: skip
+                        lr_scheduler_type="cosine", warmup_steps=args.warmup_steps,
+                        max_steps=args.max_steps)  # fmt: skip
     SFTTrainer(
         model=model,
         args=phase1,
@@ -504,48 +505,34 @@ Config: {size}. Tokenizer: byte-level BPE, {vocab} tokens. Chat template: ChatML
 def write_model_card(output: Path, record: dict) -> None:
     """The model card, from the training record and its evaluation (the numbers are measured, not typed)."""
     evaluation, families = record["evaluation"], record["evaluation"]["accept_rate_per_family"]
+    nan = float("nan")  # a family absent from a small evaluation
     (output / "README.md").write_text(MODEL_CARD.format(
         params=record["parameters"] / 1e6, minutes=record["train_minutes"], rows=record["training_rows"],
         images=record["arguments"]["num_images"] + record["arguments"]["judge_phase_images"],
         seed=record["train_seed"], qa=evaluation["qa"], eval_images=evaluation["images"],
-        eval_seed=evaluation["seed"], accept=evaluation["accept_rate"], clevr=families.get("CLEVRMath", float("nan")),
-        chart=families.get("DemoChart", float("nan")), mc=families.get("DemoMC", float("nan")), judge_ok=evaluation["judge_correct_on_accepted"],
-        judge_wrong=evaluation["judge_wrong_on_rejected"], size=json.dumps(SIZES[record["arguments"]["size"]]),
-        vocab=VOCAB_SIZE,
+        eval_seed=evaluation["seed"], accept=evaluation["accept_rate"], clevr=families.get("CLEVRMath", nan),
+        chart=families.get("DemoChart", nan), mc=families.get("DemoMC", nan),
+        judge_ok=evaluation["judge_correct_on_accepted"], judge_wrong=evaluation["judge_wrong_on_rejected"],
+        size=json.dumps(SIZES[record["arguments"]["size"]]), vocab=VOCAB_SIZE,
     ))  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------- evaluation
 
 
-def _verify(family: str, response: str, reference: str, options: list[str]):
-    from rsgen import verify
-
-    name = "mc" if family == "DemoMC" else "relaxed"
-    if hasattr(verify, "verify_response"):
-        decision = verify.verify_response(name, response, reference, options=options or None)
-        return decision.match, decision.extracted
-    # The verify package may not be complete yet: extraction plus the relaxed / letter rule.
-    extracted = verify.extract.extract_answer(response).answer
-    if extracted is None:
-        return False, None
-    a, b = extracted.strip().lower().rstrip("."), reference.strip().lower().rstrip(".")
-    try:
-        x, y = float(a), float(b)
-        return (abs(x - y) <= 0.05 * abs(y)) if y != 0 else x == y, extracted
-    except ValueError:
-        return a == b, extracted
-
-
 def evaluate(model_dir: Path, seed: int, num_images: int, max_new_tokens: int = 96) -> dict:
     """Accept rate per family (greedy, thinking on) and judge agreement, on a pool seed the model never saw."""
     from collections import Counter
 
+    from rsgen.config import load_recipe
+    from rsgen.demo.run import RECIPE
     from rsgen.generate.engine import ChatRequest, GenerationEngine
     from rsgen.generate.models import load_model_and_processor
     from rsgen.judge.prompt import render_judge_prompt
     from rsgen.judge.verdict import parse_verdict
+    from rsgen.verify import verify_response
 
+    recipe = load_recipe(RECIPE)
     model, processor = load_model_and_processor(str(model_dir))
     engine = GenerationEngine(model, processor, max_new_tokens=max_new_tokens, temperature=0.0, token_budget=16384,
                               max_batch_size=128, chat_template_kwargs={"enable_thinking": True})  # fmt: skip
@@ -565,10 +552,11 @@ def evaluate(model_dir: Path, seed: int, num_images: int, max_new_tokens: int = 
     totals, accepted = Counter(), Counter()
     for request, result in engine.generate(requests):
         item = items[request.key]
-        match, extracted = _verify(item["family"], result.text, item["answer"], item["options"])
-        item.update(response=result.text, match=match, extracted=extracted)
+        verifier = recipe.verifier_for(item["family"])  # as `rsgen demo` verifies
+        decision = verify_response(verifier, result.text, item["answer"], options=item["options"] or None)
+        item.update(response=result.text, match=decision.match, extracted=decision.extracted)
         totals[item["family"]] += 1
-        accepted[item["family"]] += match
+        accepted[item["family"]] += decision.match
     generate_seconds = time.perf_counter() - started
 
     judge_requests = []
@@ -618,8 +606,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--warmup-steps", type=int, default=50)
     parser.add_argument("--judge-share", type=float, default=0.5)
-    parser.add_argument("--judge-phase-images", type=int, default=1200)
-    parser.add_argument("--judge-phase-lr", type=float, default=1e-3)
+    parser.add_argument(
+        "--judge-phase-images", type=int, default=1200, help="images of phase 2 (judge phase)"
+    )
+    parser.add_argument("--judge-phase-lr", type=float, default=1e-3, help="learning rate of phase 2")
     parser.add_argument("--nothink-share", type=float, default=0.1)
     # Default: two threads on an idle machine, one when other jobs are running (two oversubscribed threads were
     # 4x slower per step than one on the shared development machine).
