@@ -6,7 +6,7 @@
 
 CPU mode: every QA pair of the demo pool (`--num-images` images, several questions each) is answered twice,
 greedily: by the naive loop (per question: `apply_chat_template(tokenize=True)`, one `model.generate`, decode)
-and by `GenerationEngine` (length-sorted, token-budgeted batches, processor work in background threads). The two
+and by `TransformersEngine` (length-sorted, token-budgeted batches, processor work in background threads). The two
 must give the same outputs. Printed: items/s of each and the ratio, the engine's padding efficiency (real tokens
 / tokens computed, prompt padding and finished rows both counted) and the share of wall time spent inside
 `model.generate`. Targets on a 2-core CPU machine: ratio >= 5, padding efficiency >= 0.85, >= 80 % in generate.
@@ -36,11 +36,11 @@ SEED = 20261202
 
 def demo_requests(num_images: int):
     from rsgen.demo.pool import make_demo_rows
-    from rsgen.generate.engine import ChatRequest
-    from rsgen.generate.stage import chat_messages
+    from rsgen.engine import ChatRequest
+    from rsgen.schema import user_turn
 
     return [
-        ChatRequest(f"{i:06d}", chat_messages(f"{row['question']}\n{INSTRUCTION}"), [row["image"]])
+        ChatRequest(f"{i:06d}", user_turn(f"{row['question']}\n{INSTRUCTION}"), [row["image"]])
         for i, row in enumerate(make_demo_rows(num_images, SEED))
     ]
 
@@ -49,7 +49,7 @@ def naive_loop(model, processor, requests, max_new_tokens: int, chat_template_kw
     """One request at a time, as in the model cards: decode the image, template+tokenize, generate, decode."""
     import torch
 
-    from rsgen.generate.engine import decode_image
+    from rsgen.engine.transformers_engine import decode_image
 
     eos = model.generation_config.eos_token_id
     eos = {eos} if isinstance(eos, int) else set(eos)
@@ -75,9 +75,9 @@ def naive_loop(model, processor, requests, max_new_tokens: int, chat_template_kw
 
 
 def run_engine(model, processor, requests, **engine_kwargs):
-    from rsgen.generate.engine import GenerationEngine
+    from rsgen.engine.transformers_engine import TransformersEngine
 
-    engine = GenerationEngine(model, processor, **engine_kwargs)
+    engine = TransformersEngine(model, processor, **engine_kwargs)
     start = time.perf_counter()
     outputs = {request.key: result.text for request, result in engine.generate(requests)}
     return outputs, time.perf_counter() - start, engine
@@ -86,7 +86,7 @@ def run_engine(model, processor, requests, **engine_kwargs):
 def cpu_benchmark(args) -> int:
     import torch
 
-    from rsgen.generate.models import load_model_and_processor
+    from rsgen.engine.models import load_model_and_processor
     from rsgen.testing.zoo import build_tiny_vlm
 
     if args.threads:
@@ -161,7 +161,7 @@ def device_benchmark(args) -> int:
     from transformers import Qwen2VLForConditionalGeneration
     from transformers.image_processing_utils import SizeDict
 
-    from rsgen.generate.models import load_config, load_processor
+    from rsgen.engine.models import load_config, load_processor
     from rsgen.testing.zoo import build_tiny_vlm
 
     device = torch.device(args.device)

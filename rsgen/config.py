@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 DEMO_MODEL = "rsgen-demo"
-"""Sentinel for the small VLM shipped inside the package (see `rsgen.demo.demo_model_path`)."""
+"""Sentinel for the small VLM shipped inside the package (`rsgen.engine.demo_model_path()` resolves it)."""
 
 
 class RecipeError(ValueError):
@@ -69,6 +69,7 @@ class RecipeConfig:
 
     # Model.
     model_name_or_path: str = DEMO_MODEL
+    engine: str = "transformers"  # the engine implementation (rsgen.engine.ENGINES)
     model_revision: str | None = None
     torch_dtype: str = "auto"
     attn_implementation: str = "auto"  # auto = flash_attention_2 when flash_attn imports and CUDA is present, else sdpa
@@ -136,24 +137,6 @@ class RecipeConfig:
 
     def generation_chat_template_kwargs(self) -> dict[str, Any]:
         return {"enable_thinking": self.enable_thinking, **self.chat_template_kwargs}
-
-    @property
-    def resolved_model(self) -> str:
-        if self.model_name_or_path == DEMO_MODEL:
-            from rsgen.demo import demo_model_path
-
-            return str(demo_model_path())
-        return self.model_name_or_path
-
-    @property
-    def resolved_judge_model(self) -> str:
-        if self.judge_model_name_or_path in (None, self.model_name_or_path):
-            return self.resolved_model
-        if self.judge_model_name_or_path == DEMO_MODEL:
-            from rsgen.demo import demo_model_path
-
-            return str(demo_model_path())
-        return self.judge_model_name_or_path
 
     @property
     def output_path(self) -> Path:

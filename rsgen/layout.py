@@ -19,6 +19,11 @@ class OutputLayout:
         return self.root / "prepared"
 
     @property
+    def prepared_partial(self) -> Path:
+        """Where prepare builds the pool before swapping it into `prepared/`."""
+        return self.root / "prepared.partial"
+
+    @property
     def prepare_report(self) -> Path:
         return self.prepared / "prepare_report.json"
 
@@ -39,6 +44,11 @@ class OutputLayout:
     @property
     def dataset(self) -> Path:
         return self.root / "dataset"
+
+    @property
+    def dataset_partial(self) -> Path:
+        """Where emit builds the dataset before swapping it into `dataset/`."""
+        return self.root / "dataset.partial"
 
     @property
     def stats_json(self) -> Path:

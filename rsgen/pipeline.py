@@ -16,7 +16,13 @@ from typing import Any
 from accelerate import PartialState
 
 from rsgen.config import RecipeConfig, RecipeError
+from rsgen.emit import run_emit
+from rsgen.engine import resolve_model_path
+from rsgen.generate import run_generate
+from rsgen.judge import run_judge
 from rsgen.layout import OutputLayout
+from rsgen.prepare import run_prepare
+from rsgen.store import distributed_state
 
 # Keys whose change invalidates finished work in an existing output directory.
 PINNED_KEYS = (
@@ -42,15 +48,6 @@ PINNED_KEYS = (
     "max_aspect_ratio",
 )
 PACKAGES = ("rsgen", "torch", "transformers", "accelerate", "datasets", "trl", "evaluate", "math-verify", "huggingface_hub")
-
-
-def distributed_state() -> PartialState:
-    import torch
-
-    # Without cpu=True, CPU processes under torchrun all believe they are rank 0 (DESIGN.md, measured).
-    # A long timeout: ranks reach the barrier after generate/judge at different times, and NCCL's default of
-    # 10 minutes would crash a days-long run at the end of a stage.
-    return PartialState(cpu=not torch.cuda.is_available(), timeout=_dt.timedelta(hours=24))
 
 
 def _package_versions() -> dict[str, str]:
@@ -104,7 +101,7 @@ def _model_revision(recipe: RecipeConfig) -> str | None:
     """The commit of a Hub model in the local cache, or the requested revision; None for local directories."""
     if recipe.model_revision:
         return recipe.model_revision
-    path = recipe.resolved_model
+    path = resolve_model_path(recipe.model_name_or_path)
     if os.path.isdir(path):
         return None
     try:
@@ -137,22 +134,14 @@ def run_stage(name: str, recipe: RecipeConfig, state: PartialState | None = None
         check_and_write_run_json(recipe, state)
     started = _now()
     if name == "prepare":
-        from rsgen.prepare import run_prepare
-
         # Prepare is cheap next to generation and writes shared files: the main process does it.
         if state.is_main_process:
             run_prepare(recipe)
     elif name == "generate":
-        from rsgen.generate import run_generate
-
         run_generate(recipe, state)
     elif name == "judge":
-        from rsgen.judge import run_judge
-
         run_judge(recipe, state)
     elif name == "emit":
-        from rsgen.emit import run_emit
-
         if state.is_main_process:
             run_emit(recipe)
     else:

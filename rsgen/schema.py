@@ -1,9 +1,16 @@
-"""The written schema between stages: features of the prepared pool and of the emitted splits, and the fields of
-the work records. A stage reads another stage's output only through what is defined here."""
+"""The written schema between stages: features of the prepared pool and of the emitted splits, the fields of the
+work records, and how to read the prepared pool. A stage reads another stage's output only through what is
+defined here."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from datasets import Features, Image, List, Value
+
+from rsgen.layout import OutputLayout
+from rsgen.shards import shard_glob
 
 POLICY_VERSION = "rsgen-clean-v1"
 
@@ -33,6 +40,35 @@ PREPARED_FEATURES = Features(
         "clean_meta": CLEAN_META,
     }
 )
+
+PREPARED_SHARD_PREFIX = "data"  # OUTPUT_DIR/prepared/data-00000-of-00003.parquet
+
+
+def prepared_shards(output_dir: str | os.PathLike) -> list[Path]:
+    """The prepared pool's shard files, in order."""
+    return sorted(OutputLayout(output_dir).prepared.glob(shard_glob(PREPARED_SHARD_PREFIX)))
+
+
+def load_prepared(output_dir: str | os.PathLike):
+    """The prepared pool as a `datasets.Dataset`, rows in shard order (sorted by family, then image sha256)."""
+    import datasets
+    import pyarrow.parquet as pq
+
+    files = [str(p) for p in prepared_shards(output_dir)]
+    if not files:
+        prepared = OutputLayout(output_dir).prepared
+        raise FileNotFoundError(f"no prepared pool in {str(prepared)!r}: run `rsgen prepare --config RECIPE` first")
+    if sum(pq.ParquetFile(f).metadata.num_rows for f in files) == 0:
+        # The parquet builder refuses a split with no rows; an empty pool is still a valid (empty) dataset.
+        return datasets.Dataset(PREPARED_FEATURES.arrow_schema.empty_table())
+    return datasets.load_dataset("parquet", data_files=files, split="train", features=PREPARED_FEATURES)
+
+
+def user_turn(question: str) -> list[dict]:
+    """The conversation the model is asked: one user turn, the image then the question (byte-identical to the
+    emitted `question`). Generation sends it; the TRL views store it as `prompt`."""
+    return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+
 
 # Emitted splits add the model and verifier to clean_meta.
 EMITTED_CLEAN_META = {**CLEAN_META, "model": Value("string"), "verifier": Value("string")}

@@ -48,8 +48,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from rsgen.demo import demo_model_path  # noqa: E402
 from rsgen.demo.pool import LETTERS, make_demo_image, mc_option_texts, solve_from_scene  # noqa: E402
+from rsgen.engine import demo_model_path  # noqa: E402
 
 TRAIN_SEED = 1  # pool seed of the training images; `rsgen demo` draws 20261202, the evaluation EVAL_SEED
 EVAL_SEED = 777
@@ -526,15 +526,16 @@ def evaluate(model_dir: Path, seed: int, num_images: int, max_new_tokens: int = 
 
     from rsgen.config import load_recipe
     from rsgen.demo.run import RECIPE
-    from rsgen.generate.engine import ChatRequest, GenerationEngine
-    from rsgen.generate.models import load_model_and_processor
+    from rsgen.engine import ChatRequest
+    from rsgen.engine.models import load_model_and_processor
+    from rsgen.engine.transformers_engine import TransformersEngine
     from rsgen.judge.prompt import render_judge_prompt
     from rsgen.judge.verdict import parse_verdict
     from rsgen.verify import verify_response
 
     recipe = load_recipe(RECIPE)
     model, processor = load_model_and_processor(str(model_dir))
-    engine = GenerationEngine(model, processor, max_new_tokens=max_new_tokens, temperature=0.0, token_budget=16384,
+    engine = TransformersEngine(model, processor, max_new_tokens=max_new_tokens, temperature=0.0, token_budget=16384,
                               max_batch_size=128, chat_template_kwargs={"enable_thinking": True})  # fmt: skip
     items, requests = {}, []
     for index in range(num_images):

@@ -13,7 +13,8 @@ RECIPE = Path(__file__).with_name("recipe.yaml")  # recipes/demo.yaml links here
 
 
 def run_demo(output_dir: str = "runs/demo", num_images: int | None = None, seed: int | None = None) -> Path:
-    from rsgen.pipeline import distributed_state, run_pipeline
+    from rsgen.pipeline import run_pipeline
+    from rsgen.store import distributed_state
 
     recipe = load_recipe(RECIPE, {"output_dir": output_dir})
     source = recipe.sources[0]

@@ -19,8 +19,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from rsgen.emit.plots import PLOT_NAME, draw_stats_plot
-from rsgen.emit.shards import config_glob
-from rsgen.emit.stats import SPLIT_KINDS, config_features
+from rsgen.emit.stats import SPLIT_KINDS, config_features, config_glob
 
 TEMPLATE_PATH = Path(__file__).with_name("card_template.md")
 LONG_FIELD_CHARS = 300  # table cells longer than this go into a <details> block instead

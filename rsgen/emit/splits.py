@@ -1,6 +1,6 @@
 """Routing: every prepared QA pair goes to exactly one side, accepted (RS_think / RS_nothink) or rejected.
 
-The rules are the ones in CONTRACTS.md and `rsgen.judge.routing.route` (the single place they are coded):
+The rules are coded once, in `rsgen.routing.route`:
 a sample is accepted when the verifier matched it or the judge said CORRECT; UNSURE never counts. With
 `num_samples > 1` a pair is accepted when any of its samples is (the first accepted sample's response is kept),
 and a rejected pair is described by sample 0 (its extracted answer and its reason).
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsgen.config import RecipeError
-from rsgen.judge.routing import CALIBRATION_PREFIX, JudgeMissingError, needs_judging, route
+from rsgen.routing import CALIBRATION_PREFIX, JudgeMissingError, needs_judging, route
 from rsgen.store import CheckpointStore
 
 # Generate-record fields emit keeps in memory (the rest of a record is not needed).

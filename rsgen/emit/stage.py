@@ -1,8 +1,8 @@
 """The emit stage: prepared pool + generate/judge work -> OUTPUT_DIR/dataset/, stats.json, the card, a push.
 
-Two passes over the prepared pool. The first routes every QA pair and measures what each config will hold
-(rows, QA pairs, bytes), so shard counts — which the file names carry — are known before writing. The second
-writes each family's five configs, one family at a time (five open writers, whatever the number of families).
+Two passes over the prepared pool. The first routes every QA pair and counts what each config will hold (rows,
+QA pairs, bytes). The second writes each family's five configs, one family at a time (five open writers,
+whatever the number of families).
 Images pass through as stored (their bytes and sha256 are checked, never re-encoded). The dataset is built in
 `dataset.partial/` and swapped in at the end, so `dataset/` is always a complete emit.
 """
@@ -21,7 +21,6 @@ import pyarrow.compute as pc
 
 from rsgen.config import RecipeConfig
 from rsgen.emit.card import write_card
-from rsgen.emit.shards import ShardedParquetWriter, estimated_bytes, shard_count, written_sizes
 from rsgen.emit.splits import (
     EmitError,
     FamilyRouting,
@@ -33,7 +32,9 @@ from rsgen.emit.splits import (
     tally_row,
 )
 from rsgen.emit.stats import (
+    MB,
     RS_KINDS,
+    SPLIT,
     SPLIT_KINDS,
     SplitPlan,
     build_stats,
@@ -44,6 +45,8 @@ from rsgen.emit.stats import (
 )
 from rsgen.emit.trl_views import dpo_rows, sft_row
 from rsgen.layout import OutputLayout
+from rsgen.schema import load_prepared
+from rsgen.shards import ParquetShardWriter, estimated_bytes, swap_dir_into_place, written_sizes
 
 BATCH_ROWS = 64  # prepared rows read per batch (bounded by image bytes, not by the pool)
 _CONFIG_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -135,16 +138,15 @@ def plan_families(prepared, work: WorkRecords, recipe: RecipeConfig) -> tuple[di
             raise EmitError(f"families {prefixes[plan.prefix]!r} and {plan.family!r} map to the same config name "
                             f"prefix {plan.prefix!r}; rename one of them in the recipe")
         prefixes[plan.prefix] = plan.family
-        for split in plan.plans.values():
-            split.shards = shard_count(split.planned_bytes, split.rows, recipe.shard_size_mb)
     return families, seen_ids
 
 
 def write_family(prepared, plan: FamilyPlan, recipe: RecipeConfig, dataset_dir: Path) -> None:
     """Pass 2: write the five configs of one family."""
+    # An empty config is not written: `datasets` cannot load a split without rows.
     writers = {
-        kind: ShardedParquetWriter(dataset_dir, split.config, config_features(kind), split.rows, split.shards,
-                                   split.planned_bytes)
+        kind: ParquetShardWriter(dataset_dir / "data" / split.config, config_features(kind), SPLIT,
+                                 max_shard_bytes=recipe.shard_size_mb * MB)
         for kind, split in plan.plans.items()
         if split.rows
     }
@@ -163,7 +165,10 @@ def write_family(prepared, plan: FamilyPlan, recipe: RecipeConfig, dataset_dir: 
             for r in kind_rows:
                 writers[kind].add(r)
     for kind, writer in writers.items():
-        plan.plans[kind].num_bytes, plan.plans[kind].download_size = written_sizes(writer.close())
+        paths = writer.close()
+        split = plan.plans[kind]
+        split.shards = len(paths)
+        split.num_bytes, split.download_size = written_sizes(paths)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -172,8 +177,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def run_emit(recipe: RecipeConfig) -> Path:
     """Write OUTPUT_DIR/dataset/ (splits, TRL views, card, assets) and OUTPUT_DIR/stats.json; push if asked."""
-    from rsgen.prepare import load_prepared
-
     if recipe.push_to_hub:  # fail before writing anything when the push cannot happen
         from rsgen.emit.push import check_hub_access
 
@@ -190,7 +193,7 @@ def run_emit(recipe: RecipeConfig) -> Path:
     if outside:
         _log(f"{outside} QA ids in the generate work are not in the prepared pool; they are not emitted")
 
-    partial = layout.root / "dataset.partial"
+    partial = layout.dataset_partial
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     for family in sorted(families):
@@ -206,14 +209,7 @@ def run_emit(recipe: RecipeConfig) -> Path:
     stats = build_stats(recipe, stats_families, _read_json(layout.run_json), report, outside)
 
     write_card(stats, partial)
-    if layout.dataset.exists():
-        old = layout.root / "dataset.old"
-        shutil.rmtree(old, ignore_errors=True)
-        layout.dataset.rename(old)
-        partial.rename(layout.dataset)
-        shutil.rmtree(old)
-    else:
-        partial.rename(layout.dataset)
+    swap_dir_into_place(partial, layout.dataset)
     write_stats(layout.stats_json, stats)
     written = sum(1 for plan in families.values() for split in plan.plans.values() if split.rows)
     _log(f"dataset written to {layout.dataset} ({written} configs); stats in {layout.stats_json}")

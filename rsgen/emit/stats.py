@@ -19,13 +19,15 @@ from rsgen.emit.trl_views import DPO_FEATURES, SFT_FEATURES
 from rsgen.schema import split_features
 
 SPLIT_KINDS = ("RS_think", "RS_nothink", "rejected", "sft", "dpo")
+SPLIT = "train"  # every config has one split; shards are data/{config}/train-0000i-of-0000N.parquet
+MB = 2**20  # bytes in the recipe's `shard_size_mb`
 HISTOGRAM_BINS = 20
 STATS_VERSION = 1
 
 
 @dataclass
 class SplitPlan:
-    """What one config will hold, known before it is written (the shard count depends on it)."""
+    """What one config holds: counted before it is written, sizes and shards filled in after."""
 
     config: str
     rows: int = 0
@@ -53,6 +55,11 @@ def config_features(kind: str) -> Features:
 
 def config_name(family: str, kind: str) -> str:
     return f"{family}_{kind}"
+
+
+def config_glob(config: str) -> str:
+    """The `data_files` pattern of a config in the card's YAML header."""
+    return f"data/{config}/{SPLIT}-*"
 
 
 def response_length_histogram(lengths: list[int], max_new_tokens: int) -> dict[str, Any]:

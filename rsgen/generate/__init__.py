@@ -1,8 +1,5 @@
-"""The generate stage: batched, data-parallel, resumable generation with a VLM, verified as it goes.
-
-`run_generate(recipe, state)` is the stage (see `stage.py`); `engine.GenerationEngine` is the batched
-generation engine the judge stage reuses; `models.load_model_and_processor` loads a model once per process.
-"""
+"""The generate stage: the VLM answers every prepared question (batched, data-parallel, resumable), verified as it
+goes. `run_generate(recipe, state)` is the stage (see `stage.py`); the engine it runs lives in `rsgen.engine`."""
 
 from rsgen.generate.stage import run_generate
 

@@ -1,9 +1,10 @@
 """The generate stage: the model answers every prepared question; each answer is verified and checkpointed.
 
-Work is a globally ordered list of keys (a QA id, or `id#sample` with `num_samples > 1`), striped across the
-ranks of an `accelerate launch` (`shard_for_rank` over the FULL list, then done keys skipped), so a restart with
-any number of processes skips exactly what is on disk and redoes nothing. Each rank writes its own checkpoint
-parts under OUTPUT_DIR/work/generate/. When nothing is pending the model is not even loaded.
+Work is a globally ordered list of keys (a QA id, or `id#sample` with `num_samples > 1`) run by the keyed-work
+loop (`rsgen.store.run_keyed_work`): striped across the ranks of an `accelerate launch`, done keys skipped, so a
+restart with any number of processes redoes nothing; each rank writes its own checkpoint parts under
+OUTPUT_DIR/work/generate/. When nothing is pending the model is not even loaded. This module supplies only the
+requests (image + question) and how a response becomes a verified record.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import logging
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from rsgen.config import RecipeConfig, RecipeError
-from rsgen.generate.engine import ChatRequest, GenerationEngine
+from rsgen.engine import ChatRequest, build_engine
 from rsgen.layout import OutputLayout
-from rsgen.store import CheckpointStore, shard_for_rank
+from rsgen.schema import load_prepared, user_turn
+from rsgen.store import CheckpointStore, KeyedWorkSummary, distributed_state, run_keyed_work
+from rsgen.verify import verify_response
 
 logger = logging.getLogger(__name__)
 
@@ -33,24 +35,6 @@ class WorkItem:
     question: str
     answers: tuple[str, ...]
     options: tuple[str, ...]
-
-
-@dataclass
-class GenerateRunSummary:
-    """What this rank did in this call (the table at the end reads the whole store instead)."""
-
-    rank: int
-    world_size: int
-    assigned: int  # keys striped to this rank
-    already_done: int
-    generated: int = 0
-    accepted: int = 0
-    generated_tokens: int = 0
-    seconds: float = 0.0  # generating and verifying
-    load_seconds: float = 0.0  # loading the model
-    model_loaded: bool = False
-    engine_stats: Any = None
-    reasons: Counter = field(default_factory=Counter)
 
 
 def sample_key(qa_id: str, sample: int, num_samples: int) -> str:
@@ -107,10 +91,6 @@ def work_items(prepared, num_samples: int, wanted: set[str]) -> list[WorkItem]:
     return items
 
 
-def chat_messages(question: str) -> list[dict]:
-    return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
-
-
 def _requests(prepared, pending: list[WorkItem]) -> Iterator[ChatRequest]:
     """Requests for the pending items, reading each needed image once, as encoded bytes (the engine's workers
     decode them). A generator: rows are read as the engine asks for them, not all up front."""
@@ -130,27 +110,7 @@ def _requests(prepared, pending: list[WorkItem]) -> Iterator[ChatRequest]:
                 "rerun `rsgen prepare`"
             )
         for item in by_row[row_index]:
-            yield ChatRequest(item.key, chat_messages(item.question), [data])
-
-
-def build_engine(recipe: RecipeConfig, model, processor) -> GenerationEngine:
-    return GenerationEngine(
-        model,
-        processor,
-        max_new_tokens=recipe.max_new_tokens,
-        temperature=recipe.temperature,
-        top_p=recipe.top_p,
-        token_budget=recipe.token_budget,
-        max_batch_size=recipe.max_batch_size,
-        chat_template_kwargs=recipe.generation_chat_template_kwargs(),
-        seed=recipe.seed,
-    )
-
-
-def _model_revision(recipe: RecipeConfig, model) -> str | None:
-    """The commit the weights came from when loaded from the Hub cache, else the requested revision."""
-    commit = getattr(getattr(model, "config", None), "_commit_hash", None)
-    return commit or recipe.model_revision
+            yield ChatRequest(item.key, user_turn(item.question), [data], meta=item)
 
 
 def make_record(item: WorkItem, response, decision, verifier: str, model_id: str, revision: str | None) -> dict:
@@ -173,95 +133,71 @@ def make_record(item: WorkItem, response, decision, verifier: str, model_id: str
     }
 
 
-def run_generate(recipe: RecipeConfig, state=None) -> GenerateRunSummary:
+class GenerateStage:
+    """The generate stage's part of the keyed-work loop: every QA pair (and sample) of the prepared pool."""
+
+    name = "generate"
+    unit = "item"
+
+    def __init__(self, recipe: RecipeConfig, prepared):
+        self.recipe = recipe
+        self.prepared = prepared
+        self.revision: str | None = None  # set from the engine once it is loaded
+        self.generated = self.accepted = self.generated_tokens = 0
+        self.start = time.perf_counter()
+
+    def keys(self) -> list[str]:
+        return ordered_keys(self.prepared, self.recipe.num_samples)
+
+    def requests(self, pending: list[str]) -> Iterator[ChatRequest]:
+        return _requests(self.prepared, work_items(self.prepared, self.recipe.num_samples, set(pending)))
+
+    def record(self, request: ChatRequest, response) -> dict:
+        item: WorkItem = request.meta
+        recipe = self.recipe
+        verifier = recipe.verifier_for(item.family)
+        decision = verify_response(
+            verifier,
+            response.text,
+            list(item.answers),
+            options=list(item.options) or None,
+            numeric_tolerance=recipe.numeric_tolerance,
+            timeout_seconds=recipe.math_timeout_seconds,
+        )
+        self.generated += 1
+        self.accepted += bool(decision.match)
+        self.generated_tokens += response.generated_tokens
+        return make_record(item, response, decision, verifier, recipe.model_name_or_path, self.revision)
+
+    def progress(self, record: dict) -> dict:
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        return {"tok/s": f"{self.generated_tokens / elapsed:.0f}", "accept": f"{self.accepted / self.generated:.1%}"}
+
+
+def run_generate(recipe: RecipeConfig, state=None) -> KeyedWorkSummary:
     """Generate and verify this rank's pending items; every rank of an `accelerate launch` calls this."""
-    from rsgen.prepare import load_prepared
-
-    if state is None:
-        from rsgen.pipeline import distributed_state
-
-        state = distributed_state()
-    rank, world = state.process_index, state.num_processes
+    state = state or distributed_state()
     layout = OutputLayout(recipe.output_dir)
     prepared = load_prepared(recipe.output_dir)
-    keys = ordered_keys(prepared, recipe.num_samples)
+    for family in set(prepared["family"]):  # a bad verifier mapping fails here, before any model work
+        recipe.verifier_for(family)
+    stage = GenerateStage(recipe, prepared)
     store = CheckpointStore(layout.generate_work)
-    mine = shard_for_rank(keys, rank, world)
-    done = store.done_keys()
-    pending = work_items(prepared, recipe.num_samples, {k for k in mine if k not in done})
-    summary = GenerateRunSummary(rank, world, assigned=len(mine), already_done=len(mine) - len(pending))
-    for item in pending:  # a bad verifier mapping fails here, before any model work
-        recipe.verifier_for(item.family)
 
-    if pending:
-        _generate_pending(recipe, state, prepared, pending, store, summary)
+    def make_engine():
+        engine = build_engine(recipe, "generate", device=state.device)
+        stage.revision = engine.revision or recipe.model_revision
+        stage.start = time.perf_counter()
+        return engine
 
-    state.wait_for_everyone()
+    summary = run_keyed_work(stage, store, state, make_engine, recipe.checkpoint_every_items,
+                             recipe.checkpoint_every_seconds)
     if state.is_main_process:
-        print_summary_table(store, summary, total_items=len(keys))
+        print_summary_table(store, summary)
     return summary
 
 
-def _generate_pending(recipe, state, prepared, pending, store, summary) -> None:
-    from tqdm.auto import tqdm
-
-    from rsgen.generate.models import load_model_and_processor
-    from rsgen.verify import verify_response
-
-    start = time.perf_counter()
-    model, processor = load_model_and_processor(
-        recipe.resolved_model,
-        revision=recipe.model_revision,
-        torch_dtype=recipe.torch_dtype,
-        attn_implementation=recipe.attn_implementation,
-        trust_remote_code=recipe.trust_remote_code,
-        device=state.device,
-    )
-    summary.model_loaded = True
-    summary.load_seconds = time.perf_counter() - start
-    revision = _model_revision(recipe, model)
-    engine = build_engine(recipe, model, processor)
-    summary.engine_stats = engine.stats
-    by_key = {item.key: item for item in pending}
-
-    bar = tqdm(
-        total=len(pending),
-        desc=f"generate (rank {state.process_index} of {state.num_processes})" if state.num_processes > 1 else "generate",
-        unit="item",
-        disable=not state.is_main_process,
-        dynamic_ncols=True,
-        mininterval=1.0,
-    )
-    start = time.perf_counter()
-    writer = store.writer(state.process_index, recipe.checkpoint_every_items, recipe.checkpoint_every_seconds)
-    with writer, bar:
-        for request, response in engine.generate(_requests(prepared, pending)):
-            item = by_key[request.key]
-            verifier = recipe.verifier_for(item.family)
-            decision = verify_response(
-                verifier,
-                response.text,
-                list(item.answers),
-                options=list(item.options) or None,
-                numeric_tolerance=recipe.numeric_tolerance,
-                timeout_seconds=recipe.math_timeout_seconds,
-            )
-            writer.add(make_record(item, response, decision, verifier, recipe.model_name_or_path, revision))
-            summary.generated += 1
-            summary.accepted += bool(decision.match)
-            summary.generated_tokens += response.generated_tokens
-            if not decision.match:
-                summary.reasons[decision.reason] += 1
-            bar.update(1)
-            elapsed = max(time.perf_counter() - start, 1e-9)
-            bar.set_postfix(
-                {"tok/s": f"{summary.generated_tokens / elapsed:.0f}", "accept": f"{summary.accepted / summary.generated:.1%}"},
-                refresh=False,
-            )
-    summary.seconds = time.perf_counter() - start
-
-
-def print_summary_table(store: CheckpointStore, summary: GenerateRunSummary, total_items: int) -> None:
+def print_summary_table(store: CheckpointStore, summary: KeyedWorkSummary) -> None:
     """Per family over everything on disk (all ranks, all runs), then what this call did on this rank."""
     per_family: dict[str, Counter] = defaultdict(Counter)
     for rec in store.iter_records():
@@ -280,14 +216,14 @@ def print_summary_table(store: CheckpointStore, summary: GenerateRunSummary, tot
             f"{name:<16} {fam['items']:>8} {fam['accepted']:>9} {rate:>7.1%} {fam['no_answer']:>10} "
             f"{fam['hit_limit']:>10} {fam['tokens']:>11}"
         )
-    missing = total_items - total["items"]
+    missing = summary.total - total["items"]
     lines.append(f"{'missing':<16} {missing:>8}" if missing else "every prepared item has a result")
     seconds = max(summary.seconds, 1e-9)
-    if summary.generated:
-        stats = summary.engine_stats
+    if summary.done_now:
+        stats = summary.engine.stats
         lines.append(
-            f"this run (rank {summary.rank}): {summary.generated} items in {summary.seconds:.1f} s "
-            f"({summary.generated / seconds:.2f} items/s, {summary.generated_tokens / seconds:.0f} generated tok/s, "
+            f"this run (rank {summary.rank}): {summary.done_now} items in {summary.seconds:.1f} s "
+            f"({summary.done_now / seconds:.2f} items/s, {stats.generated_tokens / seconds:.0f} generated tok/s, "
             f"{stats.batches} batches, padding efficiency {stats.padding_efficiency:.2f}, "
             f"{stats.generate_seconds / seconds:.0%} of the time in generate; model loaded in {summary.load_seconds:.1f} s)"
         )

@@ -1,9 +1,9 @@
 """Judge: a text-only second pass in which the model grades verifier rejections; only CORRECT promotes."""
 
 from rsgen.judge.prompt import render_judge_prompt
-from rsgen.judge.routing import needs_judging, route
 from rsgen.judge.stage import judge_summary, run_judge
 from rsgen.judge.verdict import CORRECT, UNSURE, VERDICTS, WRONG, parse_verdict
+from rsgen.routing import needs_judging, route
 
 __all__ = [
     "CORRECT",

@@ -1,15 +1,14 @@
 """The judge stage: a text-only second pass over verifier rejections, plus a calibration sample of acceptances.
 
-Same machinery as generation: the generation engine (batching by token budget), per-rank checkpoint parts,
-data parallelism by striping the full ordered key list, and resume by skipping keys already on disk. The judge
-sees the prepared question, the official reference and the candidate (the model's extracted final answer) —
+Same machinery as generation: an engine from `rsgen.engine.build_engine` (role "judge") run by the keyed-work
+loop (`rsgen.store.run_keyed_work`: ranks, resume, checkpoints). This module supplies the judge's items and
+prompts and how a verdict becomes a record. The judge sees the prepared question, the official reference and the candidate (the model's extracted final answer) —
 never the image, never the model's reasoning — and only grades text already produced.
 """
 
 from __future__ import annotations
 
 import hashlib
-import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -17,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from rsgen.config import RecipeConfig, RecipeError
+from rsgen.engine import ChatRequest, build_engine, judge_model_name
 from rsgen.judge.prompt import format_reference, load_template, render_judge_prompt
-from rsgen.judge.routing import CALIBRATION, REJECTED, judge_key, needs_judging
-from rsgen.judge.verdict import CORRECT, UNSURE, WRONG, parse_verdict
+from rsgen.judge.verdict import parse_verdict
 from rsgen.layout import OutputLayout
-from rsgen.store import CheckpointStore, shard_for_rank
+from rsgen.routing import CALIBRATION, CORRECT, REJECTED, UNSURE, WRONG, judge_key, needs_judging
+from rsgen.schema import load_prepared
+from rsgen.store import CheckpointStore, distributed_state, run_keyed_work
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,6 @@ def calibration_sample(keys: Iterable[str], size: int, seed: int) -> list[str]:
 
 def prepared_index(output_dir: str | Path) -> dict[str, dict[str, Any]]:
     """QA id -> {question, answers, family} from the prepared pool (images are not read)."""
-    from rsgen.prepare import load_prepared
-
     dataset = load_prepared(output_dir).select_columns(["family", "qa"])
     index: dict[str, dict[str, Any]] = {}
     for batch in dataset.iter(batch_size=1000):
@@ -112,53 +111,58 @@ def _check_generate_finished(
         )
 
 
-def build_judge_engine(recipe: RecipeConfig, device=None):
-    """The judge model loaded with the generation loader, wrapped in the generation engine, greedy."""
-    from rsgen.generate.engine import GenerationEngine
-    from rsgen.generate.models import load_model_and_processor
+class JudgeStage:
+    """The judge stage's part of the keyed-work loop: the rejected pairs and the calibration sample."""
 
-    same_model = recipe.judge_model_name_or_path in (None, recipe.model_name_or_path)
-    model, processor = load_model_and_processor(
-        recipe.resolved_judge_model,
-        revision=recipe.model_revision if same_model else None,
-        torch_dtype=recipe.torch_dtype,
-        attn_implementation=recipe.attn_implementation,
-        trust_remote_code=recipe.trust_remote_code,
-        device=device,
-    )
-    return GenerationEngine(
-        model,
-        processor,
-        max_new_tokens=recipe.judge_max_new_tokens,
-        temperature=0.0,
-        top_p=1.0,
-        token_budget=recipe.token_budget,
-        max_batch_size=recipe.max_batch_size,
-        chat_template_kwargs=recipe.generation_chat_template_kwargs(),
-        seed=recipe.seed,
-    )
+    name = "judge"
+    unit = "pair"
 
+    def __init__(self, items: list[JudgeItem], template: str, model: str):
+        self.items = items
+        self.by_key = {item.key: item for item in items}
+        self.template = template
+        self.model = model
+        self.verdicts: Counter = Counter()
 
-def judge_model_name(recipe: RecipeConfig) -> str:
-    return recipe.judge_model_name_or_path or recipe.model_name_or_path
+    def keys(self) -> list[str]:
+        return [item.key for item in self.items]
 
+    def requests(self, pending: list[str]) -> Iterator[ChatRequest]:
+        for key in pending:
+            item = self.by_key[key]
+            prompt = render_judge_prompt(item.question, item.reference, item.candidate, template=self.template)
+            # Text only: no image part, no images.
+            yield ChatRequest(key, [{"role": "user", "content": [{"type": "text", "text": prompt}]}], [], meta=item)
 
-def _requests(items: list[JudgeItem], template: str) -> Iterator:
-    from rsgen.generate.engine import ChatRequest
+    def record(self, request: ChatRequest, result) -> dict[str, Any]:
+        item: JudgeItem = request.meta
+        verdict = parse_verdict(result.text, result.hit_limit)
+        self.verdicts[verdict] += 1
+        return {
+            "key": item.key,
+            "id": item.id,
+            "sample": item.sample,
+            "kind": item.kind,
+            "family": item.family,
+            "reference": item.reference,
+            "candidate": item.candidate,
+            "verdict": verdict,
+            "response": result.text,
+            "prompt_tokens": result.prompt_tokens,
+            "generated_tokens": result.generated_tokens,
+            "hit_limit": result.hit_limit,
+            "model": self.model,
+        }
 
-    for item in items:
-        prompt = render_judge_prompt(item.question, item.reference, item.candidate, template=template)
-        # Text only: no image part, no images.
-        yield ChatRequest(item.key, messages=[{"role": "user", "content": [{"type": "text", "text": prompt}]}], images=[])
+    def progress(self, record: dict[str, Any]) -> dict[str, int]:
+        return {v: self.verdicts[v] for v in (CORRECT, WRONG, UNSURE)}
 
 
 def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] | None:
     """Judge this rank's share of the items not yet on disk; every rank of an `accelerate launch` calls this.
-    `engine` replaces the model-backed engine (tests). Returns `judge_summary` on the main process, else None."""
-    if state is None:
-        from rsgen.pipeline import distributed_state
-
-        state = distributed_state()
+    `engine` replaces the engine `build_engine` would load (tests). Returns `judge_summary` on the main process,
+    else None."""
+    state = state or distributed_state()
     layout = OutputLayout(recipe.output_dir)
     if not recipe.judge:
         _log(state, "judge: false in the recipe — skipping the judge stage (no model loaded); "
@@ -171,76 +175,26 @@ def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
     prepared = prepared_index(recipe.output_dir)
     _check_generate_finished(generate_records, prepared, recipe)
     items = select_items(generate_records, prepared, recipe)
-
     store = CheckpointStore(layout.judge_work)
-    done = store.done_keys()
-    by_key = {item.key: item for item in items}
-    mine = [by_key[k] for k in shard_for_rank([item.key for item in items], state.process_index, state.num_processes)]
-    pending = [item for item in mine if item.key not in done]
     n_rejected = sum(item.kind == REJECTED for item in items)
+    done = len(store.done_keys() & {item.key for item in items})
     _log(state, f"{n_rejected} rejected pairs to judge + {len(items) - n_rejected} calibration pairs; "
-                f"{len(done & by_key.keys())} already done; {state.num_processes} process(es)")
+                f"{done} already done; {state.num_processes} process(es)")
 
-    start = time.perf_counter()
-    if pending:
-        _judge_pending(recipe, state, pending, template, store, engine)
-    seconds = time.perf_counter() - start
-
-    state.wait_for_everyone()
+    stage = JudgeStage(items, template, judge_model_name(recipe))
+    summary = run_keyed_work(stage, store, state, lambda: engine or build_engine(recipe, "judge", device=state.device),
+                             recipe.checkpoint_every_items, recipe.checkpoint_every_seconds)
     if not state.is_main_process:
         return None
-    missing = [k for k in by_key if k not in store.done_keys()]
+    missing = [k for k in stage.by_key if k not in store.done_keys()]
     if missing:
         raise RuntimeError(f"judge stage ended with {len(missing)} items unjudged (e.g. {missing[:3]})")
-    summary = judge_summary(recipe.output_dir)
-    _log(state, format_summary(summary))
-    if pending:
-        _log(state, f"this run (rank {state.process_index}): {len(pending)} pairs in {seconds:.1f} s "
-                    f"({len(pending) / max(seconds, 1e-9):.2f} pairs/s)")
-    return summary
-
-
-def _judge_pending(recipe, state, pending: list[JudgeItem], template: str, store, engine) -> None:
-    from tqdm.auto import tqdm
-
-    if engine is None:
-        engine = build_judge_engine(recipe, device=state.device)
-    model = judge_model_name(recipe)
-    by_key = {item.key: item for item in pending}
-    verdicts: Counter = Counter()
-    bar = tqdm(
-        total=len(pending),
-        desc=f"judge (rank {state.process_index} of {state.num_processes})" if state.num_processes > 1 else "judge",
-        unit="pair",
-        disable=not state.is_main_process,
-        dynamic_ncols=True,
-        mininterval=1.0,
-    )
-    writer = store.writer(state.process_index, recipe.checkpoint_every_items, recipe.checkpoint_every_seconds)
-    with writer, bar:
-        for request, result in engine.generate(_requests(pending, template)):
-            item = by_key[request.key]
-            verdict = parse_verdict(result.text, result.hit_limit)
-            writer.add(
-                {
-                    "key": item.key,
-                    "id": item.id,
-                    "sample": item.sample,
-                    "kind": item.kind,
-                    "family": item.family,
-                    "reference": item.reference,
-                    "candidate": item.candidate,
-                    "verdict": verdict,
-                    "response": result.text,
-                    "prompt_tokens": result.prompt_tokens,
-                    "generated_tokens": result.generated_tokens,
-                    "hit_limit": result.hit_limit,
-                    "model": model,
-                }
-            )
-            verdicts[verdict] += 1
-            bar.update(1)
-            bar.set_postfix({v: verdicts[v] for v in (CORRECT, WRONG, UNSURE)}, refresh=False)
+    result = judge_summary(recipe.output_dir)
+    _log(state, format_summary(result))
+    if summary.done_now:
+        _log(state, f"this run (rank {state.process_index}): {summary.done_now} pairs in {summary.seconds:.1f} s "
+                    f"({summary.done_now / max(summary.seconds, 1e-9):.2f} pairs/s)")
+    return result
 
 
 # ------------------------------------------------------------------ summary

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import re
 
-CORRECT = "CORRECT"
-WRONG = "WRONG"
-UNSURE = "UNSURE"
-VERDICTS = (CORRECT, WRONG, UNSURE)
+from rsgen.routing import CORRECT, UNSURE, VERDICTS, WRONG
+
+__all__ = ["CORRECT", "UNSURE", "VERDICTS", "WRONG", "parse_verdict"]
 
 _THINK_OPEN = "<think>"
 _THINK_CLOSE = "</think>"

@@ -6,8 +6,6 @@ loading `datasets`.
 
 from __future__ import annotations
 
-import os
-
 
 def run_prepare(recipe, force: bool = False) -> dict:
     """Write OUTPUT_DIR/prepared/ (parquet shards + prepare_report.json); returns the report.
@@ -18,11 +16,4 @@ def run_prepare(recipe, force: bool = False) -> dict:
     return _run(recipe, force=force)
 
 
-def load_prepared(output_dir: str | os.PathLike):
-    """The prepared pool as a `datasets.Dataset` (one row per image), in a stable order."""
-    from rsgen.prepare.stage import load_prepared as _load
-
-    return _load(output_dir)
-
-
-__all__ = ["load_prepared", "run_prepare"]
+__all__ = ["run_prepare"]

@@ -19,7 +19,6 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rsgen.config import RecipeConfig, RecipeError
@@ -38,8 +37,9 @@ from rsgen.prepare.cleaning import (
 )
 from rsgen.prepare.images import ImageJob, ImagePack, ImageResult, encode_pil, process_images
 from rsgen.prepare.sources import RawRow, describe_source, iter_raw_rows, source_where
-from rsgen.prepare.writer import SHARD_GLOB, ExternalSorter, ShardWriter
-from rsgen.schema import POLICY_VERSION
+from rsgen.prepare.writer import ExternalSorter
+from rsgen.schema import POLICY_VERSION, PREPARED_FEATURES, PREPARED_SHARD_PREFIX
+from rsgen.shards import ParquetShardWriter, swap_dir_into_place
 
 UNKNOWN_FAMILY = "(unknown)"
 BATCH_IMAGES = 64  # images per batch handed to the workers
@@ -258,7 +258,7 @@ def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
             return finished
     rules = [SourceRules.from_source(s, recipe.instruction, source_where(i)) for i, s in enumerate(recipe.sources)]
     start = time.perf_counter()
-    partial = layout.root / "prepared.partial"
+    partial = layout.prepared_partial
     shutil.rmtree(partial, ignore_errors=True)
     work = partial / "_work"
     work.mkdir(parents=True)
@@ -269,16 +269,18 @@ def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
         with ImageWorkers(recipe.prepare_num_proc) as workers:
             _Pass1(recipe, rules, report, pack, qa_sorter, id_sorter).run(workers)
         conflicts = _source_id_conflicts(id_sorter)
-        writer = ShardWriter(partial, max_shard_bytes=recipe.shard_size_mb * 1_000_000)
+        # Small row groups: generate reads the pool a batch of images at a time.
+        writer = ParquetShardWriter(partial, PREPARED_FEATURES, PREPARED_SHARD_PREFIX,
+                                    max_shard_bytes=recipe.shard_size_mb * 1_000_000,
+                                    row_group_bytes=64 << 20, row_group_rows=64)
         _write_rows(recipe, report, qa_sorter, conflicts, pack, writer)
-        shards = writer.close()
+        shards = [path.name for path in writer.close()]
     shutil.rmtree(work)
     elapsed = time.perf_counter() - start
     # No timings in the report: the same recipe gives the same prepared/ folder, byte for byte.
     out = _report_dict(recipe, report, shards, writer.rows, fingerprint)
     (partial / REPORT_NAME).write_text(json.dumps(out, indent=2, sort_keys=False) + "\n")
-    shutil.rmtree(layout.prepared, ignore_errors=True)
-    os.replace(partial, layout.prepared)
+    swap_dir_into_place(partial, layout.prepared)
     print(
         f"prepare: {writer.rows} images, {out['kept_qa_pairs']} of {out['input_qa_pairs']} QA pairs kept "
         f"({out['dropped_qa_pairs']} dropped, {out['merged_qa_pairs']} merged) in {elapsed:.1f} s -> {layout.prepared}",
@@ -561,20 +563,3 @@ def _report_dict(recipe, report: Report, shards: list[str], rows: int, fingerpri
         "sources": sources,
     }
 
-
-def load_prepared(output_dir: str | os.PathLike):
-    """The prepared pool as a `datasets.Dataset`, rows in shard order (sorted by family, then image sha256)."""
-    import datasets
-
-    from rsgen.schema import PREPARED_FEATURES
-
-    prepared = OutputLayout(output_dir).prepared
-    files = sorted(str(p) for p in Path(prepared).glob(SHARD_GLOB))
-    if not files:
-        raise FileNotFoundError(f"no prepared pool in {str(prepared)!r}: run `rsgen prepare --config RECIPE` first")
-    import pyarrow.parquet as pq
-
-    if sum(pq.ParquetFile(f).metadata.num_rows for f in files) == 0:
-        # The parquet builder refuses a split with no rows; an empty pool is still a valid (empty) dataset.
-        return datasets.Dataset(PREPARED_FEATURES.arrow_schema.empty_table())
-    return datasets.load_dataset("parquet", data_files=files, split="train", features=PREPARED_FEATURES)

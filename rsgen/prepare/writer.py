@@ -1,4 +1,4 @@
-"""Bounded-memory grouping and the parquet shards of the prepared pool.
+"""Bounded-memory grouping of the prepared pool by image (the shards are written by `rsgen.shards`).
 
 Grouping QA pairs by image without holding the pool in memory is an external sort: every QA pair (text and the
 location of its image in the pack file, never the image itself) is keyed by (family, image sha256) and sorted
@@ -15,13 +15,6 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from rsgen.schema import PREPARED_FEATURES
-
-SHARD_PATTERN = "data-{index:05d}-of-{total:05d}.parquet"
-SHARD_GLOB = "data-*-of-*.parquet"
 KEY_END = "\x1f"  # separates a sort key from the record; never inside a key (keys are family names and hex)
 
 
@@ -75,75 +68,3 @@ class ExternalSorter:
         finally:
             for f in files:
                 f.close()
-
-
-class ShardWriter:
-    """Streams rows into parquet shards of about `max_shard_bytes`, in row groups of bounded size.
-
-    The bytes written depend only on the rows and their order, so the same rows give the same files.
-    """
-
-    def __init__(
-        self,
-        directory: str | os.PathLike,
-        max_shard_bytes: int,
-        row_group_rows: int = 64,
-        row_group_bytes: int = 64 << 20,
-    ):
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.max_shard_bytes = max(1, max_shard_bytes)
-        self.row_group_rows = row_group_rows
-        self.row_group_bytes = row_group_bytes
-        self.schema = PREPARED_FEATURES.arrow_schema  # carries the features, so `datasets` reads `image` as Image
-        self._writer: pq.ParquetWriter | None = None
-        self._parts: list[Path] = []
-        self._shard_bytes = 0
-        self._group: list[dict] = []
-        self._group_bytes = 0
-        self.rows = 0
-
-    def add(self, row: dict, nbytes: int) -> None:
-        if self._writer is not None and self._shard_bytes + self._group_bytes + nbytes > self.max_shard_bytes:
-            self._flush_group()
-            self._close_shard()
-        if self._writer is None:
-            self._open_shard()
-        self._group.append(row)
-        self._group_bytes += nbytes
-        self.rows += 1
-        if len(self._group) >= self.row_group_rows or self._group_bytes >= self.row_group_bytes:
-            self._flush_group()
-
-    def _open_shard(self) -> None:
-        path = self.directory / f".part-{len(self._parts):05d}.parquet"
-        self._writer = pq.ParquetWriter(path, self.schema)
-        self._parts.append(path)
-        self._shard_bytes = 0
-
-    def _flush_group(self) -> None:
-        if not self._group:
-            return
-        self._writer.write_table(pa.Table.from_pylist(self._group, schema=self.schema))
-        self._shard_bytes += self._group_bytes
-        self._group = []
-        self._group_bytes = 0
-
-    def _close_shard(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-
-    def close(self) -> list[str]:
-        """Finish and give the shards their final names `data-0000i-of-0000N.parquet`; returns the names."""
-        if self._writer is None and not self._parts:
-            self._open_shard()  # an empty pool is still a readable (empty) dataset
-        self._flush_group()
-        self._close_shard()
-        total = len(self._parts)
-        names = []
-        for index, part in enumerate(self._parts):
-            name = SHARD_PATTERN.format(index=index, total=total)
-            os.replace(part, self.directory / name)
-            names.append(name)
-        return names

@@ -221,7 +221,7 @@ def _qwen_processor(processor_name: str, tokenizer, patch_size: int, pixels: int
     import transformers
     from transformers import Qwen2VLImageProcessorPil
 
-    from rsgen.generate.processors import processor_class_without_video
+    from rsgen.engine.processors import processor_class_without_video
 
     image_processor = Qwen2VLImageProcessorPil(
         patch_size=patch_size,

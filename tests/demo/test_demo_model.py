@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-from rsgen.demo import demo_model_path
 from rsgen.demo.pool import LETTERS, make_demo_image, mc_option_texts, solve_from_scene
-from rsgen.generate.engine import ChatRequest, GenerationEngine
-from rsgen.generate.models import load_model_and_processor
+from rsgen.engine import ChatRequest, demo_model_path
+from rsgen.engine.models import load_model_and_processor
+from rsgen.engine.transformers_engine import TransformersEngine
 from rsgen.judge.prompt import render_judge_prompt
 from rsgen.judge.verdict import parse_verdict
 from rsgen.verify import verify_response
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def engine():
     model, processor = load_model_and_processor(str(demo_model_path()))
-    return GenerationEngine(
+    return TransformersEngine(
         model, processor, max_new_tokens=96, temperature=0.0, token_budget=16384, max_batch_size=64,
         chat_template_kwargs={"enable_thinking": True},
     )  # fmt: skip
@@ -81,7 +81,7 @@ def test_answers_with_a_short_reasoning_trace_and_some_are_right(engine):
 
 def test_thinking_off_answers_directly(engine):
     questions = demo_questions(2)
-    off = GenerationEngine(
+    off = TransformersEngine(
         engine.model, engine.processor, max_new_tokens=16, temperature=0.0, token_budget=8192,
         chat_template_kwargs={"enable_thinking": False},
     )  # fmt: skip

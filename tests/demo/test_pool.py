@@ -8,8 +8,9 @@ import datasets
 import pytest
 from PIL import Image
 
-from rsgen.demo import answer_from_scene, demo_model_path, make_demo_rows, mc_option_texts, write_demo_pool
+from rsgen.demo import answer_from_scene, make_demo_rows, mc_option_texts, write_demo_pool
 from rsgen.demo.pool import LETTERS, parse_descriptor, solve_from_scene
+from rsgen.engine import demo_model_path
 
 ROW_KEYS = {"image", "question", "answer", "options", "family", "source", "source_id", "scene"}
 

@@ -9,7 +9,7 @@ import datasets
 import pytest
 import torch
 
-from rsgen.generate.models import load_model_and_processor
+from rsgen.engine.models import load_model_and_processor
 from rsgen.layout import OutputLayout
 
 

@@ -9,7 +9,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from rsgen.generate.engine import ChatRequest, decode_image
+from rsgen.engine import ChatRequest
+from rsgen.engine.transformers_engine import decode_image
 
 QUESTIONS = [
     "How many cubes are there?",

@@ -20,10 +20,9 @@ import yaml
 
 from rsgen.config import recipe_from_dict
 from rsgen.layout import OutputLayout
-from rsgen.pipeline import distributed_state
-from rsgen.prepare import load_prepared, run_prepare
-from rsgen.schema import GENERATE_RECORD_FIELDS
-from rsgen.store import CheckpointStore
+from rsgen.prepare import run_prepare
+from rsgen.schema import GENERATE_RECORD_FIELDS, load_prepared
+from rsgen.store import CheckpointStore, distributed_state
 from rsgen.verify import verify_response
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,7 +118,7 @@ def test_records_cover_every_pair_with_verified_fields(reference, model_path):
     assert len(pairs) > 30
     assert sorted(records) == sorted(pairs)
     assert sorted(part_keys(out)) == sorted(pairs)  # exactly once
-    assert summary.generated == len(pairs) and summary.model_loaded
+    assert summary.done_now == len(pairs) and summary.engine is not None
     # Flushed in parts of checkpoint_every_items records.
     assert len(CheckpointStore(OutputLayout(out).generate_work).parts()) >= len(pairs) // 4
     for key, rec in records.items():
@@ -147,12 +146,12 @@ def test_finished_stage_rerun_makes_no_model_calls(reference, tmp_path, model_pa
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded although nothing was pending")
 
-    monkeypatch.setattr("rsgen.generate.models.load_model_and_processor", no_model)
+    monkeypatch.setattr("rsgen.engine.models.load_model_and_processor", no_model)
     from rsgen.generate import run_generate
 
     parts_before = CheckpointStore(OutputLayout(copy).generate_work).parts()
     summary = run_generate(recipe, distributed_state())
-    assert summary.generated == 0 and not summary.model_loaded and summary.already_done == len(records)
+    assert summary.done_now == 0 and summary.engine is None and summary.already_done == len(records)
     assert CheckpointStore(OutputLayout(copy).generate_work).parts() == parts_before
     assert "nothing pending" in capsys.readouterr().out
 
@@ -272,7 +271,7 @@ def test_sigkill_then_restart_equals_uninterrupted_run(
         from rsgen.generate import run_generate
 
         summary = run_generate(recipe, distributed_state())  # in this process: one process, no launcher
-        assert summary.generated == len(expected) - done_at_kill
+        assert summary.done_now == len(expected) - done_at_kill
     else:
         run_to_end(recipe_path, restart_processes, log)
         restart_parts = set(CheckpointStore(OutputLayout(out).generate_work).parts()) - parts_at_kill

@@ -91,7 +91,7 @@ class ScriptedJudgeEngine:
         self.requests = []
 
     def generate(self, requests):
-        from rsgen.generate.engine import GenerationResult
+        from rsgen.engine import GenerationResult
 
         for request in requests:
             self.requests.append(request)

@@ -18,8 +18,7 @@ from rsgen.judge import judge_summary, run_judge
 from rsgen.judge.prompt import render_judge_prompt
 from rsgen.judge.verdict import VERDICTS, parse_verdict
 from rsgen.layout import OutputLayout
-from rsgen.pipeline import distributed_state
-from rsgen.store import CheckpointStore
+from rsgen.store import CheckpointStore, distributed_state
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +47,7 @@ def test_end_to_end_with_a_tiny_model(tmp_path, tiny_model, capsys):
     assert sum(r["kind"] == "calibration" for r in records.values()) == 3
     assert "none" not in records
 
-    from rsgen.generate.models import load_config, load_processor
+    from rsgen.engine.models import load_config, load_processor
 
     processor = load_processor(tiny_model, config=load_config(tiny_model))
     for rec in records.values():

@@ -221,7 +221,7 @@ def test_judge_false_skips_cleanly(tmp_path, monkeypatch, capsys):
     def no_model(*args, **kwargs):
         raise AssertionError("judge: false must not load a model")
 
-    monkeypatch.setattr(judge_stage, "build_judge_engine", no_model)
+    monkeypatch.setattr(judge_stage, "build_engine", no_model)
     run_judge(make_recipe(tmp_path, judge=False), FakeState())
     assert "judge: false" in capsys.readouterr().out
     assert not OutputLayout(tmp_path).judge_work.exists()
@@ -231,7 +231,7 @@ def test_judge_false_skips_cleanly(tmp_path, monkeypatch, capsys):
 def test_nothing_pending_loads_no_model(tmp_path, monkeypatch):
     write_output_dir(tmp_path, PAIRS)
     run(tmp_path)
-    monkeypatch.setattr(judge_stage, "build_judge_engine", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr(judge_stage, "build_engine", lambda *a, **k: pytest.fail("model loaded"))
     run_judge(make_recipe(tmp_path), FakeState())
 
 

@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 from rsgen.layout import OutputLayout
-from rsgen.prepare import load_prepared, run_prepare
-from rsgen.schema import POLICY_VERSION, PREPARED_FEATURES
+from rsgen.prepare import run_prepare
+from rsgen.schema import POLICY_VERSION, PREPARED_FEATURES, load_prepared
 
 INSTRUCTION = "Answer in short without any other content."
 DEMO_SOURCE = {"dataset_name": "rsgen-demo", "demo_num_images": 30, "demo_seed": 7, "family_column": "family",

@@ -9,8 +9,9 @@ import pytest
 from PIL import Image
 
 from rsgen.config import RecipeError, source_from_dict
-from rsgen.prepare import load_prepared, run_prepare
+from rsgen.prepare import run_prepare
 from rsgen.prepare.sources import iter_raw_rows
+from rsgen.schema import load_prepared
 
 INSTRUCTION = "Answer in short without any other content."
 

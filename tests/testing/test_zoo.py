@@ -8,7 +8,7 @@ import pytest
 import transformers
 from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
-from rsgen.generate.processors import needs_video_processor, processor_class_without_video
+from rsgen.engine.processors import needs_video_processor, processor_class_without_video
 from rsgen.testing.images import make_test_image
 from rsgen.testing.zoo import REASONING_TOKENS, ZOO_ARCHS, ZOO_INFO, build_tiny_vlm
 

@@ -1,4 +1,4 @@
-"""Batched chat generation with `transformers`: the one engine the generate and judge stages share.
+"""The `transformers` engine: batched chat generation with `model.generate`, shared by every stage that generates.
 
 How it keeps a GPU busy:
 
@@ -30,12 +30,14 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from PIL import Image
 from transformers import GenerationConfig
+
+from rsgen.engine.base import ChatRequest, EngineStats, GenerationResult
 
 logger = logging.getLogger(__name__)
 
@@ -50,51 +52,6 @@ OPEN_REASONING_TAG_RE = re.compile(r"<(?:think|thinking|thought|reasoning)>\s*$"
 
 # After an out-of-memory error the token budget becomes this share of the batch that failed.
 OOM_BUDGET_FACTOR = 0.5
-
-
-@dataclass
-class ChatRequest:
-    """One conversation to continue. `messages` in Hugging Face chat format; user content parts like
-    `[{"type": "image"}, {"type": "text", "text": question}]`; `images` (PIL images or encoded bytes) in the order
-    of the image parts."""
-
-    key: str
-    messages: list[dict]
-    images: list = field(default_factory=list)
-
-
-@dataclass
-class GenerationResult:
-    text: str  # the generated text, special tokens removed except reasoning/answer tags, EOS excluded; starts
-    # with the opening reasoning tag when the chat template ended the prompt with one
-    prompt_tokens: int  # real prompt tokens (image tokens included, padding excluded)
-    generated_tokens: int  # new tokens up to and including the first EOS
-    hit_limit: bool  # no EOS within max_new_tokens
-
-
-@dataclass
-class EngineStats:
-    """Counters over every batch the engine ran (the benchmark and the progress bar read them)."""
-
-    requests: int = 0
-    batches: int = 0
-    prompt_tokens: int = 0  # real
-    padded_prompt_tokens: int = 0  # rows x padded prompt length
-    generated_tokens: int = 0  # real, up to EOS
-    padded_generated_tokens: int = 0  # rows x decoding steps of the batch
-    generate_seconds: float = 0.0  # inside model.generate
-    wait_seconds: float = 0.0  # main thread waiting for a batch to be prepared
-    oom_splits: int = 0
-
-    @property
-    def padding_efficiency(self) -> float:
-        """Real tokens / tokens the model computed (prompt padding and finished rows waiting both count)."""
-        padded = self.padded_prompt_tokens + self.padded_generated_tokens
-        return (self.prompt_tokens + self.generated_tokens) / padded if padded else 1.0
-
-    @property
-    def prompt_padding_efficiency(self) -> float:
-        return self.prompt_tokens / self.padded_prompt_tokens if self.padded_prompt_tokens else 1.0
 
 
 @dataclass
@@ -147,7 +104,7 @@ def count_image_parts(messages: list[dict]) -> int:
     return n
 
 
-class GenerationEngine:
+class TransformersEngine:
     """Generates responses for chat requests in length-sorted, token-budgeted batches.
 
     `engine.generate(requests)` yields `(request, result)` pairs in completion order. The model is used as given
@@ -181,7 +138,7 @@ class GenerationEngine:
         self.processor = processor
         self.tokenizer = getattr(processor, "tokenizer", processor)
         if getattr(self.tokenizer, "padding_side", "left") != "left":
-            # Right padding changes batched greedy output (DESIGN.md, measured); the engine owns this setting.
+            # Right padding changes batched greedy output (measured on five architectures); the engine owns it.
             self.tokenizer.padding_side = "left"
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
@@ -204,6 +161,35 @@ class GenerationEngine:
         self._lock = threading.Lock()
         self._thread_local = threading.local()
         self._warned_length = False
+        # The commit the weights came from when loaded from the Hub cache (work records carry it).
+        self.revision = getattr(getattr(model, "config", None), "_commit_hash", None)
+
+    @classmethod
+    def from_spec(cls, spec, device=None) -> TransformersEngine:
+        """Load `spec.model_path` with `load_model_and_processor` and wrap it (rsgen.engine.build_engine calls this)."""
+        from rsgen.engine.models import load_model_and_processor
+
+        model, processor = load_model_and_processor(
+            spec.model_path,
+            revision=spec.revision,
+            torch_dtype=spec.torch_dtype,
+            attn_implementation=spec.attn_implementation,
+            trust_remote_code=spec.trust_remote_code,
+            device=device,
+        )
+        engine = cls(
+            model,
+            processor,
+            max_new_tokens=spec.max_new_tokens,
+            temperature=spec.temperature,
+            top_p=spec.top_p,
+            token_budget=spec.token_budget,
+            max_batch_size=spec.max_batch_size,
+            chat_template_kwargs=spec.chat_template_kwargs,
+            seed=spec.seed,
+        )
+        engine.revision = engine.revision or spec.revision
+        return engine
 
     # ------------------------------------------------------------------ setup
 

@@ -10,13 +10,13 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-from rsgen.generate.models import (
+from rsgen.engine.models import (
     ModelLoadError,
     load_model_and_processor,
     resolve_attn_implementation,
     resolve_dtype,
 )
-from rsgen.generate.processors import needs_video_processor, processor_class_without_video
+from rsgen.engine.processors import needs_video_processor, processor_class_without_video
 from rsgen.testing.images import make_test_image
 from rsgen.testing.zoo import ZOO_ARCHS, ZOO_INFO
 
@@ -190,10 +190,10 @@ def test_attention_auto_resolution(monkeypatch):
     assert resolve_attn_implementation("auto", cpu, torch.bfloat16) == "sdpa"
     assert resolve_attn_implementation("eager", cpu, None) == "eager"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr("rsgen.generate.models.flash_attn_available", lambda: True)
+    monkeypatch.setattr("rsgen.engine.models.flash_attn_available", lambda: True)
     assert resolve_attn_implementation("auto", cuda, torch.bfloat16) == "flash_attention_2"
     assert resolve_attn_implementation("auto", cuda, torch.float32) == "sdpa"  # flash-attn needs half precision
-    monkeypatch.setattr("rsgen.generate.models.flash_attn_available", lambda: False)
+    monkeypatch.setattr("rsgen.engine.models.flash_attn_available", lambda: False)
     assert resolve_attn_implementation("auto", cuda, torch.bfloat16) == "sdpa"
 
 

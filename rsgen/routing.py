@@ -1,4 +1,5 @@
-"""Who the judge sees and what its verdict means for a QA pair — one place for the rules in CONTRACTS.md.
+"""Who the judge sees and what its verdict means for a QA pair: the one place these rules are coded (the judge
+stage selects its work with them, emit routes every QA pair with them).
 
 - A generate record is judged when the verifier rejected it and it has an extractable answer
   (`needs_judging`). Pairs with nothing extractable stay rejected as `no_answer`.
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsgen.judge.verdict import CORRECT, UNSURE, WRONG
-
+CORRECT = "CORRECT"
+WRONG = "WRONG"
+UNSURE = "UNSURE"
+VERDICTS = (CORRECT, WRONG, UNSURE)
 CALIBRATION_PREFIX = "calibration:"
 REJECTED = "rejected"
 CALIBRATION = "calibration"

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import torch
 
-from rsgen.generate.processors import needs_video_processor, processor_class_without_video
+from rsgen.config import DEMO_MODEL
+from rsgen.engine.processors import needs_video_processor, processor_class_without_video
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +34,16 @@ _HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 class ModelLoadError(ValueError):
     """A model or processor rsgen cannot use; the message names the model and the fix."""
+
+
+def demo_model_path() -> Path:
+    """Directory of the demo VLM shipped inside the package (trained by `scripts/train_demo_model.py`)."""
+    return Path(__file__).resolve().parent.parent / "demo" / "model"
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """Where to load a recipe's model from: the demo model's sentinel (`rsgen-demo`) becomes its directory."""
+    return str(demo_model_path()) if name_or_path == DEMO_MODEL else name_or_path
 
 
 def load_model_and_processor(

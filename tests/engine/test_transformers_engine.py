@@ -18,8 +18,9 @@ from generate_helpers import (
 from tokenizers import AddedToken
 from transformers.image_processing_utils import SizeDict
 
-from rsgen.generate.engine import ChatRequest, GenerationEngine
-from rsgen.generate.models import load_model_and_processor
+from rsgen.engine import ChatRequest
+from rsgen.engine.models import load_model_and_processor
+from rsgen.engine.transformers_engine import TransformersEngine
 from rsgen.testing.zoo import ZOO_ARCHS
 
 MAX_NEW = 12
@@ -42,7 +43,7 @@ def loaded(zoo_model_path):
 def run_engine(model, processor, requests, **kwargs) -> dict:
     kwargs.setdefault("max_new_tokens", MAX_NEW)
     kwargs.setdefault("chat_template_kwargs", THINKING)
-    engine = GenerationEngine(model, processor, **kwargs)
+    engine = TransformersEngine(model, processor, **kwargs)
     results = {}
     for request, result in engine.generate(requests):
         assert request.key not in results, f"{request.key} answered twice"
@@ -111,7 +112,7 @@ def test_oom_splits_batch_and_lowers_budget(loaded):
 @pytest.mark.slow
 def test_oom_on_a_single_request_is_a_clear_error(loaded):
     model, processor = loaded("llava")
-    engine = GenerationEngine(OOMAboveBatchSizeModel(model, max_rows=0), processor, max_new_tokens=4)
+    engine = TransformersEngine(OOMAboveBatchSizeModel(model, max_rows=0), processor, max_new_tokens=4)
     with pytest.raises(RuntimeError, match="out of memory on a single request .*lower max_new_tokens"):
         list(engine.generate(image_requests(2)))
 
@@ -157,7 +158,7 @@ def test_token_counts_and_decoding(zoo_model_path):
     one = lambda token: tok.convert_tokens_to_ids(token)  # noqa: E731
     eos = eos_ids(model)[0]
     requests = text_requests(3)
-    engine = GenerationEngine(model, processor, max_new_tokens=16, chat_template_kwargs=THINKING)
+    engine = TransformersEngine(model, processor, max_new_tokens=16, chat_template_kwargs=THINKING)
     lengths = [engine.measure(r).length for r in requests]
     assert len(set(lengths)) == 3
     answer = [one("<think>"), *ids("two and two"), one("</think>"), one("<answer>"), *ids("4"), one("</answer>")]
@@ -190,7 +191,7 @@ def test_reasoning_tag_opened_by_the_template_is_kept(zoo_model_path):
 
 def test_image_count_must_match_image_parts(loaded):
     model, processor = loaded("llava")
-    engine = GenerationEngine(model, processor, max_new_tokens=4)
+    engine = TransformersEngine(model, processor, max_new_tokens=4)
     bad = ChatRequest("bad", [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}], [])
     with pytest.raises(ValueError, match="'bad' has 1 image part"):
         list(engine.generate([bad]))
@@ -201,7 +202,7 @@ def test_request_the_processor_refuses_is_named(loaded):
     model, processor = loaded("llava")
     requests = image_requests(3)
     requests[1].messages[0]["content"][1]["text"] += " <image>"
-    engine = GenerationEngine(model, processor, max_new_tokens=4, token_budget=10**6)
+    engine = TransformersEngine(model, processor, max_new_tokens=4, token_budget=10**6)
     with pytest.raises(ValueError, match="could not prepare request 'q001'"):
         list(engine.generate(requests))
 
@@ -210,7 +211,7 @@ def test_engine_rejects_bad_settings(loaded):
     model, processor = loaded("llava")
     for kwargs in ({"max_new_tokens": 0}, {"temperature": -1.0}, {"top_p": 0.0}, {"token_budget": 0}):
         with pytest.raises(ValueError):
-            GenerationEngine(model, processor, **kwargs)
+            TransformersEngine(model, processor, **kwargs)
 
 
 def test_requests_are_consumed_lazily(loaded):
@@ -223,7 +224,7 @@ def test_requests_are_consumed_lazily(loaded):
             pulled.append(r.key)
             yield r
 
-    engine = GenerationEngine(model, processor, max_new_tokens=2, sort_window=4, prefetch_batches=1, token_budget=10**6)
+    engine = TransformersEngine(model, processor, max_new_tokens=2, sort_window=4, prefetch_batches=1, token_budget=10**6)
     it = engine.generate(stream())
     next(it)
     assert len(pulled) <= 12

@@ -1,0 +1,115 @@
+"""Engines: a loaded model that answers chat requests, and the one place stages get one.
+
+    engine = build_engine(recipe, role="generate", device=state.device)
+    for request, result in engine.generate(requests): ...
+
+`build_engine` reads the recipe keys of a role (`generate`: the model and its decoding; `judge`: the judge model,
+greedy, `judge_max_new_tokens`) into an `EngineSpec` and hands it to the implementation the recipe's `engine`
+key names. A new engine is one module here and one line in `ENGINES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsgen.engine.base import ChatRequest, Engine, EngineStats, GenerationResult
+from rsgen.engine.models import DEMO_MODEL, demo_model_path, resolve_model_path
+
+# recipe `engine` value -> "module:factory"; the factory takes (EngineSpec, device) and returns an Engine.
+ENGINES = {
+    "transformers": "rsgen.engine.transformers_engine:TransformersEngine.from_spec",
+}
+ROLES = ("generate", "judge")
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Everything an engine needs to load its model and decode, for one role."""
+
+    role: str
+    model_name_or_path: str  # as the recipe names it (recorded in work records and on the card)
+    model_path: str  # where to load it from (the demo model's sentinel resolved to its directory)
+    revision: str | None = None
+    torch_dtype: str = "auto"
+    attn_implementation: str = "auto"
+    trust_remote_code: bool = False
+    max_new_tokens: int = 2048
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    token_budget: int = 32768
+    max_batch_size: int = 256
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def engine_spec(recipe, role: str) -> EngineSpec:
+    """The `EngineSpec` of `role` from a recipe (`rsgen.config.RecipeConfig`)."""
+    if role not in ROLES:
+        raise ValueError(f"unknown engine role {role!r}; expected one of {', '.join(ROLES)}")
+    common = dict(
+        torch_dtype=recipe.torch_dtype,
+        attn_implementation=recipe.attn_implementation,
+        trust_remote_code=recipe.trust_remote_code,
+        seed=recipe.seed,
+        token_budget=recipe.token_budget,
+        max_batch_size=recipe.max_batch_size,
+        chat_template_kwargs=recipe.generation_chat_template_kwargs(),
+    )
+    if role == "generate":
+        return EngineSpec(
+            role=role,
+            model_name_or_path=recipe.model_name_or_path,
+            model_path=resolve_model_path(recipe.model_name_or_path),
+            revision=recipe.model_revision,
+            max_new_tokens=recipe.max_new_tokens,
+            temperature=recipe.temperature,
+            top_p=recipe.top_p,
+            **common,
+        )
+    name = judge_model_name(recipe)
+    same_model = name == recipe.model_name_or_path
+    return EngineSpec(
+        role=role,
+        model_name_or_path=name,
+        model_path=resolve_model_path(name),
+        revision=recipe.model_revision if same_model else None,
+        max_new_tokens=recipe.judge_max_new_tokens,
+        temperature=0.0,  # the judge always decodes greedily
+        top_p=1.0,
+        **common,
+    )
+
+
+def judge_model_name(recipe) -> str:
+    """The judge's model as the recipe names it: `judge_model_name_or_path`, else the generating model."""
+    return recipe.judge_model_name_or_path or recipe.model_name_or_path
+
+
+def build_engine(recipe, role: str, device=None) -> Engine:
+    """Load the model of `role` and return the engine the recipe's `engine` key names."""
+    name = getattr(recipe, "engine", "transformers")
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(sorted(ENGINES))}")
+    module, _, attr = ENGINES[name].partition(":")
+    factory: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        factory = getattr(factory, part)
+    return factory(engine_spec(recipe, role), device)
+
+
+__all__ = [
+    "DEMO_MODEL",
+    "ENGINES",
+    "ChatRequest",
+    "Engine",
+    "EngineSpec",
+    "EngineStats",
+    "GenerationResult",
+    "build_engine",
+    "demo_model_path",
+    "engine_spec",
+    "judge_model_name",
+    "resolve_model_path",
+]

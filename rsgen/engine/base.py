@@ -1,0 +1,67 @@
+"""What every engine takes and gives: chat requests in, (request, result) pairs out, plus counters.
+
+A new engine (continuous batching, a vLLM or SGLang server) implements `Engine` in one module of this package
+and adds one line to `rsgen.engine.ENGINES`; the stages do not change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass
+class ChatRequest:
+    """One conversation to continue. `messages` in Hugging Face chat format; user content parts like
+    `[{"type": "image"}, {"type": "text", "text": question}]`; `images` (PIL images or encoded bytes) in the order
+    of the image parts."""
+
+    key: str
+    messages: list[dict]
+    images: list = field(default_factory=list)
+    meta: Any = None  # the stage's own item, handed back untouched with the result (engines never read it)
+
+
+@dataclass
+class GenerationResult:
+    text: str  # the generated text, special tokens removed except reasoning/answer tags, EOS excluded; starts
+    # with the opening reasoning tag when the chat template ended the prompt with one
+    prompt_tokens: int  # real prompt tokens (image tokens included, padding excluded)
+    generated_tokens: int  # new tokens up to and including the first EOS
+    hit_limit: bool  # no EOS within max_new_tokens
+
+
+@dataclass
+class EngineStats:
+    """Counters over every batch the engine ran (the benchmark and the progress bar read them)."""
+
+    requests: int = 0
+    batches: int = 0
+    prompt_tokens: int = 0  # real
+    padded_prompt_tokens: int = 0  # rows x padded prompt length
+    generated_tokens: int = 0  # real, up to EOS
+    padded_generated_tokens: int = 0  # rows x decoding steps of the batch
+    generate_seconds: float = 0.0  # inside model.generate
+    wait_seconds: float = 0.0  # main thread waiting for a batch to be prepared
+    oom_splits: int = 0
+
+    @property
+    def padding_efficiency(self) -> float:
+        """Real tokens / tokens the model computed (prompt padding and finished rows waiting both count)."""
+        padded = self.padded_prompt_tokens + self.padded_generated_tokens
+        return (self.prompt_tokens + self.generated_tokens) / padded if padded else 1.0
+
+    @property
+    def prompt_padding_efficiency(self) -> float:
+        return self.prompt_tokens / self.padded_prompt_tokens if self.padded_prompt_tokens else 1.0
+
+
+class Engine(Protocol):
+    """A loaded model that answers chat requests. `generate` yields one `(request, result)` pair per request,
+    in any order (the request object is the one passed in, `meta` included)."""
+
+    stats: EngineStats
+    revision: str | None  # the commit the weights came from, when known (recorded with every result)
+
+    def generate(self, requests: Iterable[ChatRequest]) -> Iterator[tuple[ChatRequest, GenerationResult]]: ...

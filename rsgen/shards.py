@@ -1,0 +1,130 @@
+"""Parquet shards, written the one way prepare and emit both use, and finished folders swapped into place.
+
+`ParquetShardWriter` streams rows into shards of about `max_shard_bytes`, each named `{prefix}-0000i-of-0000N
+.parquet` once the count is known (rows go to hidden `.part-*` files first, renamed at `close`). Files are written
+the way `datasets` writes parquet (its schema metadata, so `load_dataset` restores the features; content-defined
+chunking and a page index, so the Hub deduplicates re-uploads) and carry no timestamps: the same rows in the same
+order give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from datasets import Features
+from datasets import config as datasets_config
+from datasets.arrow_writer import get_parquet_column_options
+
+ROW_GROUP_BYTES = 100 * 2**20  # `datasets`' own target for row groups (the Hub viewer reads one at a time)
+ROW_GROUP_MAX_ROWS = 10_000
+
+
+def shard_name(prefix: str, index: int, count: int) -> str:
+    return f"{prefix}-{index:05d}-of-{count:05d}.parquet"
+
+
+def shard_glob(prefix: str) -> str:
+    return f"{prefix}-*-of-*.parquet"
+
+
+def estimated_bytes(row: dict[str, Any]) -> int:
+    """Approximate serialised size of a row (pickle is a fast C walk of the nested values; images dominate real
+    shards, so an estimate of the text is enough)."""
+    return len(pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+class ParquetShardWriter:
+    """Rows (in storage form: images as `{"bytes": ..., "path": None}`) -> parquet shards under `directory`."""
+
+    def __init__(self, directory: str | os.PathLike, features: Features, prefix: str, max_shard_bytes: int,
+                 row_group_bytes: int = ROW_GROUP_BYTES, row_group_rows: int = ROW_GROUP_MAX_ROWS):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.features = features
+        self.schema = features.arrow_schema
+        self.prefix = prefix
+        self.max_shard_bytes = max(1, max_shard_bytes)
+        self.row_group_bytes = row_group_bytes
+        self.row_group_rows = row_group_rows
+        self.rows = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._parts: list[Path] = []
+        self._shard_bytes = 0
+        self._group: list[dict[str, Any]] = []
+        self._group_bytes = 0
+
+    def add(self, row: dict[str, Any], nbytes: int | None = None) -> None:
+        nbytes = estimated_bytes(row) if nbytes is None else nbytes
+        if self._writer is not None and self._shard_bytes + self._group_bytes + nbytes > self.max_shard_bytes:
+            self._flush_group()
+            self._close_shard()
+        if self._writer is None:
+            self._open_shard()
+        self._group.append(row)
+        self._group_bytes += nbytes
+        self.rows += 1
+        if len(self._group) >= self.row_group_rows or self._group_bytes >= self.row_group_bytes:
+            self._flush_group()
+
+    def _open_shard(self) -> None:
+        path = self.directory / f".part-{self.prefix}-{len(self._parts):05d}.parquet"
+        cdc = datasets_config.DEFAULT_CDC_OPTIONS
+        self._writer = pq.ParquetWriter(path, self.schema, use_content_defined_chunking=cdc, write_page_index=True,
+                                        **get_parquet_column_options(self.features, self.schema))
+        self._writer.add_key_value_metadata({"content_defined_chunking": json.dumps(cdc)})
+        self._parts.append(path)
+        self._shard_bytes = 0
+
+    def _flush_group(self) -> None:
+        if self._group:
+            self._writer.write_table(pa.Table.from_pylist(self._group, schema=self.schema))
+            self._shard_bytes += self._group_bytes
+        self._group = []
+        self._group_bytes = 0
+
+    def _close_shard(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def close(self) -> list[Path]:
+        """Finish the last shard and give every shard its final name; returns the paths in order. With no rows,
+        one empty shard is written (an empty table is still a readable dataset)."""
+        if not self._parts:
+            self._open_shard()
+        self._flush_group()
+        self._close_shard()
+        paths = []
+        for index, part in enumerate(self._parts):
+            path = self.directory / shard_name(self.prefix, index, len(self._parts))
+            os.replace(part, path)
+            paths.append(path)
+        return paths
+
+
+def written_sizes(paths: list[Path]) -> tuple[int, int]:
+    """(uncompressed row bytes, file bytes) of written shards, from the files themselves."""
+    num_bytes = file_bytes = 0
+    for path in paths:
+        meta = pq.ParquetFile(path).metadata
+        num_bytes += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        file_bytes += path.stat().st_size
+    return num_bytes, file_bytes
+
+
+def swap_dir_into_place(finished: Path, final: Path) -> None:
+    """Replace `final` by the finished folder `finished`, so that `final` is always either the old complete
+    folder or the new complete one (a crash in between leaves `final.old`, which the next swap removes)."""
+    old = final.with_name(final.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    finished.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
