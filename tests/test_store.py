@@ -1,8 +1,13 @@
-"""The checkpoint store: atomic parts, first-write-wins reads, and striping that ignores timing."""
+"""The checkpoint store: atomic parts, first-write-wins reads, and striping that ignores timing; the keyed-work
+loop generate and judge share (driven here by a scripted engine and stage: this is about the loop's control flow;
+both stages run it end to end with real tiny models in tests/generate and tests/judge)."""
 
 import json
+from dataclasses import dataclass, field
 
-from rsgen.store import CheckpointStore, shard_for_rank
+import pytest
+
+from rsgen.store import CheckpointStore, run_keyed_work, shard_for_rank
 
 
 def test_parts_are_atomic_and_resumable(tmp_path):
@@ -46,3 +51,96 @@ def test_done_keys_reads_keys_without_full_parse_and_matches_records(tmp_path):
     line = next(iter(store.parts())).read_text().splitlines()[0]
     assert line.startswith('{"key": ')
     assert store.done_keys() == set(store.records()) == {f'k"{i}' for i in range(10)}
+
+
+@dataclass
+class FakeState:
+    """One rank of a simulated world (the parts of accelerate's PartialState the loop uses)."""
+
+    process_index: int = 0
+    num_processes: int = 1
+    barriers: int = 0
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+    def wait_for_everyone(self) -> None:
+        self.barriers += 1
+
+
+@dataclass
+class Request:
+    key: str
+    meta: int
+
+
+class EchoEngine:
+    """Scripted engine: answers each request with its key reversed."""
+
+    def __init__(self):
+        self.seen: list[str] = []
+
+    def generate(self, requests):
+        for request in requests:
+            self.seen.append(request.key)
+            yield request, request.key[::-1]
+
+
+@dataclass
+class ScriptedStage:
+    name: str = "scripted"
+    unit: str = "item"
+    all_keys: list[str] = field(default_factory=lambda: [f"k{i:02d}" for i in range(10)])
+
+    def keys(self):
+        return list(self.all_keys)
+
+    def requests(self, pending):
+        return (Request(key, int(key[1:])) for key in pending)
+
+    def record(self, request, result):
+        return {"key": request.key, "n": request.meta, "answer": result}
+
+    def progress(self, record):
+        return {"last": record["n"]}
+
+
+def test_keyed_work_stripes_ranks_and_skips_done_keys(tmp_path):
+    store = CheckpointStore(tmp_path)
+    engines = []
+
+    def make_engine():
+        engines.append(EchoEngine())
+        return engines[-1]
+
+    stage = ScriptedStage()
+    # Rank 1 of 3 runs first: its stripe only.
+    summary = run_keyed_work(stage, store, FakeState(1, 3), make_engine)
+    assert engines[0].seen == ["k01", "k04", "k07"] and summary.done_now == 3 and summary.total == 10
+    # A restart on 2 ranks: rank 0 owns k00, k02, ... and skips k04 (done by the old rank 1).
+    state = FakeState(0, 2)
+    summary = run_keyed_work(stage, store, state, make_engine)
+    assert engines[1].seen == ["k00", "k02", "k06", "k08"] and summary.already_done == 1 and state.barriers == 1
+    assert store.records()["k04"] == {"key": "k04", "n": 4, "answer": "40k"}
+
+
+def test_keyed_work_builds_no_engine_when_nothing_is_pending(tmp_path):
+    store = CheckpointStore(tmp_path)
+    run_keyed_work(ScriptedStage(), store, FakeState(), EchoEngine)
+    summary = run_keyed_work(ScriptedStage(), store, FakeState(), lambda: pytest.fail("engine built"))
+    assert summary.engine is None and summary.done_now == 0 and summary.already_done == 10
+
+
+def test_keyed_work_keeps_finished_records_when_the_engine_fails(tmp_path):
+    class FailingEngine(EchoEngine):
+        def generate(self, requests):
+            for n, pair in enumerate(super().generate(requests)):
+                if n == 3:
+                    raise RuntimeError("device lost")
+                yield pair
+
+    store = CheckpointStore(tmp_path)
+    with pytest.raises(RuntimeError, match="device lost"):
+        run_keyed_work(ScriptedStage(), store, FakeState(), FailingEngine, every_items=100)
+    assert store.done_keys() == {"k00", "k01", "k02"}  # flushed on the way out

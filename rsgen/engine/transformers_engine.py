@@ -177,17 +177,9 @@ class TransformersEngine:
             trust_remote_code=spec.trust_remote_code,
             device=device,
         )
-        engine = cls(
-            model,
-            processor,
-            max_new_tokens=spec.max_new_tokens,
-            temperature=spec.temperature,
-            top_p=spec.top_p,
-            token_budget=spec.token_budget,
-            max_batch_size=spec.max_batch_size,
-            chat_template_kwargs=spec.chat_template_kwargs,
-            seed=spec.seed,
-        )
+        decoding = ("max_new_tokens", "temperature", "top_p", "token_budget", "max_batch_size", "chat_template_kwargs",
+                    "seed")
+        engine = cls(model, processor, **{name: getattr(spec, name) for name in decoding})
         engine.revision = engine.revision or spec.revision
         return engine
 

@@ -14,7 +14,7 @@ import pytest
 from emit_helpers import ScriptedImage, ScriptedPair, default_pool, scripted_recipe, write_scripted_run
 from PIL import Image
 
-from rsgen.emit import EmitError, run_emit, shards
+from rsgen.emit import EmitError, run_emit, stage
 from rsgen.emit.card import configs_of
 from rsgen.emit.trl_views import DPO_FEATURES, SFT_FEATURES, dpo_rows
 from rsgen.layout import OutputLayout
@@ -181,7 +181,7 @@ def test_shards_follow_shard_size_and_keep_row_order(tmp_path, monkeypatch):
     pool = [ScriptedImage("Big", [ScriptedPair(f"b-{i}-{j}", f"Q {i} {j}?", "1", "match" if j % 2 else "wrong")
                                   for j in range(8)], (i * 20, 50, 50)) for i in range(12)]
     write_scripted_run(tmp_path, pool, judge=False)
-    monkeypatch.setattr(shards, "MB", 1000)
+    monkeypatch.setattr(stage, "MB", 1000)
     run_emit(scripted_recipe(tmp_path, judge=False, verifier="relaxed", shard_size_mb=3))
     stats = json.loads(OutputLayout(tmp_path).stats_json.read_text())
     split = stats["families"]["Big"]["splits"]["RS_think"]

@@ -4,7 +4,7 @@ budget, out-of-memory splits and retries, token counting and decoding, sampling.
 from __future__ import annotations
 
 import pytest
-from generate_helpers import (
+from engine_helpers import (
     SIZES,
     BatchRecordingModel,
     OOMAboveBatchSizeModel,

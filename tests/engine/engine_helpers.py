@@ -1,4 +1,4 @@
-"""Helpers for the generate tests: varied chat requests, the naive one-request-at-a-time reference, and model
+"""Helpers for the engine tests: varied chat requests, the naive one-request-at-a-time reference, and model
 wrappers for tests that are about the engine's control flow (named for what they fake)."""
 
 from __future__ import annotations
