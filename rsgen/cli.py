@@ -7,8 +7,6 @@ import sys
 
 from rsgen.config import RecipeError, load_recipe
 
-STAGES = ("prepare", "generate", "judge", "emit")
-
 EPILOG = """\
 recipe overrides: any recipe key can follow as `--key value` (YAML value), e.g.
   rsgen run --config recipes/demo.yaml --output_dir runs/x --judge false --max_new_tokens 256

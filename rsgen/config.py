@@ -138,10 +138,6 @@ class RecipeConfig:
     def generation_chat_template_kwargs(self) -> dict[str, Any]:
         return {"enable_thinking": self.enable_thinking, **self.chat_template_kwargs}
 
-    @property
-    def output_path(self) -> Path:
-        return Path(self.output_dir)
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -76,7 +76,6 @@ class PartWriter:
         self.every_seconds = every_seconds
         self.buffer: list[dict[str, Any]] = []
         self.last_flush = time.monotonic()
-        self.parts_written = 0
         directory.mkdir(parents=True, exist_ok=True)
 
     def add(self, record: dict[str, Any]) -> None:
@@ -105,7 +104,6 @@ class PartWriter:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.directory / (name + PART_SUFFIX))
-        self.parts_written += 1
         self.buffer = []
 
     def close(self) -> None:

@@ -92,7 +92,3 @@ def push_dataset(recipe: RecipeConfig, api=None, validate_card: bool = True) -> 
         )
     return str(getattr(repo, "url", repo))
 
-
-def dataset_url(recipe: RecipeConfig) -> str:
-    return f"https://huggingface.co/datasets/{recipe.hub_dataset_id}"
-

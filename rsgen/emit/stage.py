@@ -46,7 +46,7 @@ from rsgen.emit.stats import (
 from rsgen.emit.trl_views import dpo_rows, sft_row
 from rsgen.layout import OutputLayout
 from rsgen.schema import load_prepared
-from rsgen.shards import ParquetShardWriter, estimated_bytes, swap_dir_into_place, written_sizes
+from rsgen.shards import ParquetShardWriter, swap_dir_into_place, written_sizes
 
 BATCH_ROWS = 64  # prepared rows read per batch (bounded by image bytes, not by the pool)
 _CONFIG_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -129,7 +129,6 @@ def plan_families(prepared, work: WorkRecords, recipe: RecipeConfig) -> tuple[di
             for r in kind_rows:
                 split.rows += 1
                 split.qa_pairs += len(r["qa"]) if "qa" in r else (len(r["messages"]) // 2 if kind == "sft" else 1)
-                split.planned_bytes += nbytes + estimated_bytes(r)
         for why, n in skipped.items():
             plan.plans["dpo"].skipped[why] = plan.plans["dpo"].skipped.get(why, 0) + n
     prefixes: dict[str, str] = {}

@@ -32,7 +32,6 @@ class SplitPlan:
     config: str
     rows: int = 0
     qa_pairs: int = 0  # QA pairs (RS splits), assistant turns (sft), preference pairs (dpo)
-    planned_bytes: int = 0
     shards: int = 0
     num_bytes: int = 0  # written: uncompressed bytes of the rows (parquet metadata), as `datasets` reports
     download_size: int = 0  # written: bytes of the parquet files
