@@ -103,7 +103,8 @@ class RecipeConfig:
 
     # Judge.
     judge: bool = True
-    judge_model_name_or_path: str | None = None  # None = the generation model
+    judge_model_name_or_path: str | None = None  # None = the generation model; a VLM or a text-only chat LM
+    judge_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # not inherited from generation
     judge_prompt_file: str | None = None  # None = the template shipped in rsgen/judge/
     judge_max_new_tokens: int = 1024
     judge_calibration_size: int = 60

@@ -40,6 +40,7 @@ PINNED_KEYS = (
     "verifier",
     "numeric_tolerance",
     "judge_model_name_or_path",
+    "judge_chat_template_kwargs",
     "judge_prompt_file",
     "judge_max_new_tokens",
     "judge_calibration_size",

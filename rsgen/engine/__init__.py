@@ -3,8 +3,8 @@
     engine = build_engine(recipe, role="generate", device=state.device)
     for request, result in engine.generate(requests): ...
 
-`build_engine` reads the recipe keys of a role (`generate`: the model and its decoding; `judge`: the judge model,
-greedy, `judge_max_new_tokens`) into an `EngineSpec` and hands it to the implementation the recipe's `engine`
+`build_engine` reads the recipe keys of a role (`generate`: the model and its decoding; `judge`: the judge model —
+a VLM or a text-only causal LM — greedy, `judge_max_new_tokens`, `judge_chat_template_kwargs`) into an `EngineSpec` and hands it to the implementation the recipe's `engine`
 key names. A new engine is one module here and one line in `ENGINES`.
 """
 
@@ -55,7 +55,6 @@ def engine_spec(recipe, role: str) -> EngineSpec:
         seed=recipe.seed,
         token_budget=recipe.token_budget,
         max_batch_size=recipe.max_batch_size,
-        chat_template_kwargs=recipe.generation_chat_template_kwargs(),
     )
     if role == "generate":
         return EngineSpec(
@@ -66,6 +65,7 @@ def engine_spec(recipe, role: str) -> EngineSpec:
             max_new_tokens=recipe.max_new_tokens,
             temperature=recipe.temperature,
             top_p=recipe.top_p,
+            chat_template_kwargs=recipe.generation_chat_template_kwargs(),
             **common,
         )
     name = judge_model_name(recipe)
@@ -78,6 +78,8 @@ def engine_spec(recipe, role: str) -> EngineSpec:
         max_new_tokens=recipe.judge_max_new_tokens,
         temperature=0.0,  # the judge always decodes greedily
         top_p=1.0,
+        # Its own template arguments: the judge does not inherit the generator's `enable_thinking`.
+        chat_template_kwargs=dict(recipe.judge_chat_template_kwargs),
         **common,
     )
 

@@ -53,16 +53,22 @@ def load_model_and_processor(
     attn_implementation: str = "auto",
     trust_remote_code: bool = False,
     device: str | torch.device | None = None,
+    allow_text_only: bool = False,
 ):
     """Return `(model, processor)` for the image-text-to-text model `name_or_path`, ready to generate.
 
     `device`: where the model goes (default: CUDA when available, else CPU); under `accelerate` pass the
     process's device. The model is in eval mode; `processor.tokenizer.padding_side == "left"`.
+    `allow_text_only`: a text-only causal LM is accepted too (the judge reads text only); it comes back with its
+    tokenizer in place of a processor.
     """
-    from transformers import AutoModelForImageTextToText
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     config = load_config(name_or_path, revision=revision, trust_remote_code=trust_remote_code)
-    check_image_text_to_text(name_or_path, config, trust_remote_code)
+    text_only = allow_text_only and is_text_causal_lm(config, trust_remote_code)
+    if not text_only:
+        check_image_text_to_text(name_or_path, config, trust_remote_code, allow_text_only)
+    auto_class = AutoModelForCausalLM if text_only else AutoModelForImageTextToText
 
     device = torch.device(device) if device is not None else default_device()
     dtype = resolve_dtype(torch_dtype)
@@ -77,18 +83,14 @@ def load_model_and_processor(
         model_kwargs["device_map"] = str(device)  # straight onto the accelerator, no full copy in host memory
     try:
         try:
-            model = AutoModelForImageTextToText.from_pretrained(
-                name_or_path, config=config, attn_implementation=attention, **model_kwargs
-            )
+            model = auto_class.from_pretrained(name_or_path, config=config, attn_implementation=attention, **model_kwargs)
         except ValueError as error:
             # "auto" asked for SDPA, which a few architectures do not implement: eager attention still works.
             if attn_implementation != "auto" or attention != "sdpa" or "sdpa" not in str(error).lower():
                 raise
             logger.info("%s does not support SDPA attention; using eager attention", name_or_path)
             attention = "eager"
-            model = AutoModelForImageTextToText.from_pretrained(
-                name_or_path, config=config, attn_implementation=attention, **model_kwargs
-            )
+            model = auto_class.from_pretrained(name_or_path, config=config, attn_implementation=attention, **model_kwargs)
     except OSError as error:
         if "safetensors" in str(error).lower() or ".bin" in str(error):
             raise ModelLoadError(
@@ -100,7 +102,10 @@ def load_model_and_processor(
     model.to(device)
     model.eval()
 
-    processor = load_processor(name_or_path, config, revision=revision, trust_remote_code=trust_remote_code)
+    if text_only:
+        processor = load_chat_tokenizer(name_or_path, revision=revision, trust_remote_code=trust_remote_code)
+    else:
+        processor = load_processor(name_or_path, config, revision=revision, trust_remote_code=trust_remote_code)
     logger.info(
         "loaded %s (%s, dtype %s, attention %s) on %s with %s",
         name_or_path,
@@ -143,7 +148,20 @@ def load_config(name_or_path: str, revision: str | None = None, trust_remote_cod
         raise ModelLoadError(f"model {name_or_path!r} could not be found: {fix}. ({error})") from error
 
 
-def check_image_text_to_text(name_or_path: str, config, trust_remote_code: bool) -> None:
+def is_text_causal_lm(config, trust_remote_code: bool) -> bool:
+    """Whether `AutoModelForCausalLM` builds a model from `config` (and it is not a vision-language model)."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING,
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING,
+    )
+
+    if type(config) in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING:
+        return False
+    remote = trust_remote_code and "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})
+    return type(config) in MODEL_FOR_CAUSAL_LM_MAPPING or remote
+
+
+def check_image_text_to_text(name_or_path: str, config, trust_remote_code: bool, allow_text_only: bool = False) -> None:
     """Raise a `ModelLoadError` unless `AutoModelForImageTextToText` can build a model from `config`."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING
 
@@ -156,6 +174,12 @@ def check_image_text_to_text(name_or_path: str, config, trust_remote_code: bool)
         raise ModelLoadError(
             f"model {name_or_path!r} is an image-text-to-text model implemented by code in its repository; "
             f"rsgen runs such code only when asked: set `trust_remote_code: true` in the recipe if you trust it."
+        )
+    if allow_text_only:
+        raise ModelLoadError(
+            f"judge model {name_or_path!r} (model_type {getattr(config, 'model_type', None)!r}) is neither an "
+            f"image-text-to-text model nor a text causal LM: set judge_model_name_or_path to a chat model, e.g. "
+            f"Qwen/Qwen3-8B, or leave it unset to judge with the generating model."
         )
     raise ModelLoadError(
         f"model {name_or_path!r} (model_type {getattr(config, 'model_type', None)!r}) is not an image-text-to-text "
@@ -201,10 +225,32 @@ def load_processor(name_or_path: str, config=None, revision: str | None = None, 
             f"model {name_or_path!r} has no chat template; rsgen builds prompts with the chat template. Use the "
             f"instruction-tuned variant of the model, or add a chat_template.jinja to its directory."
         )
-    tokenizer.padding_side = "left"
+    _left_padded(tokenizer)
+    return processor
+
+
+def load_chat_tokenizer(name_or_path: str, revision: str | None = None, trust_remote_code: bool = False):
+    """The tokenizer of a text-only chat model (the judge), left-padded; a `ModelLoadError` without a chat template."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code,
+                                                  **_revision_kwargs(revision))
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"model {name_or_path!r}: could not load its tokenizer: {error}") from error
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(
+            f"model {name_or_path!r} has no chat template; rsgen builds the judge prompt with the chat template. "
+            f"Use the instruction-tuned variant of the model, or add a chat_template.jinja to its directory."
+        )
+    return _left_padded(tokenizer)
+
+
+def _left_padded(tokenizer):
+    tokenizer.padding_side = "left"  # batched greedy output then equals one-by-one output
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return processor
+    return tokenizer
 
 
 def default_device() -> torch.device:

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 from PIL import Image
-from transformers import GenerationConfig
+from transformers import BatchFeature, GenerationConfig
 
 from rsgen.engine.base import ChatRequest, EngineStats, GenerationResult
 
@@ -176,6 +176,7 @@ class TransformersEngine:
             attn_implementation=spec.attn_implementation,
             trust_remote_code=spec.trust_remote_code,
             device=device,
+            allow_text_only=spec.role == "judge",  # the judge reads text only: a text LM will do
         )
         decoding = ("max_new_tokens", "temperature", "top_p", "token_budget", "max_batch_size", "chat_template_kwargs",
                     "seed")
@@ -435,7 +436,12 @@ class TransformersEngine:
     def _generate_batch(self, encoded: _Encoded) -> list[tuple[ChatRequest, GenerationResult]]:
         device = getattr(self.model, "device", torch.device("cpu"))
         dtype = getattr(self.model, "dtype", None)
-        inputs = encoded.inputs.to(device=device, dtype=dtype) if dtype is not None else encoded.inputs.to(device)
+        # A processor's BatchFeature casts pixel values to the model's dtype; a tokenizer's BatchEncoding (text-only
+        # models) holds token ids only and moves without a cast.
+        if dtype is not None and isinstance(encoded.inputs, BatchFeature):
+            inputs = encoded.inputs.to(device=device, dtype=dtype)
+        else:
+            inputs = encoded.inputs.to(device)
         if self.generation_config.do_sample:
             # Sampling is reproducible for a given batch composition (restarts that re-batch differ).
             torch.manual_seed(self._batch_seed(encoded.items))

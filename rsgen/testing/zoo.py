@@ -433,3 +433,22 @@ _BUILDERS: dict[str, Callable] = {
     "llava": _build_llava,
 }
 
+
+
+def build_tiny_text_lm(directory: str | os.PathLike, seed: int = 0) -> str:
+    """A tiny random text-only chat model (Qwen2 architecture, ChatML template with `enable_thinking`), saved with
+    its tokenizer to `directory`: what a separate text-only judge looks like. Returns the path."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    path = os.fspath(directory)
+    os.makedirs(path, exist_ok=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        tokenizer = _qwen_tokenizer()
+        tokenizer.chat_template = chatml_template("<|vision_start|><|image_pad|><|vision_end|>")  # never used: text only
+        config = Qwen2Config(**_text_kwargs(tokenizer), tie_word_embeddings=False)
+        model = _finish(Qwen2ForCausalLM(config), tokenizer, seed, ("<|im_end|>", "<|endoftext|>"))
+    with _progress_bars_off():
+        model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

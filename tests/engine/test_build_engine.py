@@ -53,3 +53,32 @@ def test_build_engine_loads_a_real_model_that_generates(tiny_vlm_path):
     ((back, result),) = list(engine.generate([request]))
     assert back is request and back.meta == "mine"  # requests come back untouched
     assert 1 <= result.generated_tokens <= 3 and engine.stats.requests == 1
+
+
+@pytest.mark.slow
+def test_judge_may_be_a_text_only_causal_lm(tmp_path, tiny_vlm_path):
+    from rsgen.testing.zoo import build_tiny_text_lm
+
+    text_lm = build_tiny_text_lm(tmp_path / "text-lm")
+    recipe = RecipeConfig(model_name_or_path=tiny_vlm_path("qwen2_vl"), judge_model_name_or_path=text_lm,
+                          judge_max_new_tokens=4, judge_chat_template_kwargs={"enable_thinking": False})
+    engine = build_engine(recipe, "judge", device="cpu")
+    assert type(engine.model).__name__ == "Qwen2ForCausalLM" and engine.processor is engine.tokenizer
+    # Its own template arguments: thinking off for the judge although generation has it on.
+    assert engine.chat_template_kwargs == {"enable_thinking": False}
+    request = ChatRequest("j", [{"role": "user", "content": [{"type": "text", "text": "Reference: 3. Candidate: 4."}]}])
+    ((_, result),) = list(engine.generate([request]))
+    assert 1 <= result.generated_tokens <= 4 and result.prompt_tokens > 5
+    # A text LM is never the generating model: generation needs images.
+    from rsgen.engine.models import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match="not an image-text-to-text model"):
+        build_engine(RecipeConfig(model_name_or_path=text_lm), "generate", device="cpu")
+
+
+def test_judge_does_not_inherit_enable_thinking():
+    recipe = RecipeConfig(enable_thinking=True)
+    assert engine_spec(recipe, "generate").chat_template_kwargs == {"enable_thinking": True}
+    assert engine_spec(recipe, "judge").chat_template_kwargs == {}
+    asked = RecipeConfig(enable_thinking=True, judge_chat_template_kwargs={"enable_thinking": True})
+    assert engine_spec(asked, "judge").chat_template_kwargs == {"enable_thinking": True}
