@@ -1,4 +1,4 @@
-"""The dataset card `dataset/README.md`, modelled on the seed card (shared/seeds/000_920e6ac7c570891d.txt).
+"""The dataset card `dataset/README.md`, modelled on the public card of `elliot-mllm/CLEVRMath_rejected` on the Hub.
 
 Every number comes from stats.json; the examples come straight from the written rejected shards (their images
 saved, as stored, under `assets/`). Rendering reads nothing else, so `rsgen card OUTPUT_DIR` rebuilds the card
