@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
-from rsgen.config import RecipeError, load_recipe
+from rsgen.config import (
+    STAGES,
+    RecipeError,
+    SourceConfig,
+    default_text,
+    load_recipe,
+    parse_override_value,
+    parse_overrides,
+    recipe_keys_by_stage,
+)
 
 EPILOG = """\
 recipe overrides: any recipe key can follow as `--key value` (YAML value), e.g.
@@ -26,8 +36,10 @@ def _build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     def add_recipe_command(name: str, help_text: str):
-        p = sub.add_parser(name, help=help_text, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(name, help=help_text, usage=f"rsgen {name} --config RECIPE [--KEY VALUE ...]", epilog=_source_keys_help() + "\n" + EPILOG,
+                           formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
         p.add_argument("--config", required=True, help="recipe YAML file (see recipes/)")
+        _add_recipe_keys(p)
         return p
 
     add_recipe_command("run", "all stages: prepare -> generate -> judge -> emit (resumable)")
@@ -45,6 +57,35 @@ def _build_parser() -> argparse.ArgumentParser:
     card = sub.add_parser("card", help="re-render OUTPUT_DIR/dataset/README.md from what is on disk")
     card.add_argument("output_dir")
     return parser
+
+
+def _help(f: dataclasses.Field) -> str:
+    return f"{f.metadata['help']} (default: {default_text(f)})".replace("%", "%%")
+
+
+def _add_recipe_keys(parser: argparse.ArgumentParser) -> None:
+    """Every RecipeConfig key as `--key VALUE`, grouped by stage, help from the field metadata. Values stay text
+    here and are read as YAML by the recipe loader, exactly as in the recipe file."""
+    for stage, fields in recipe_keys_by_stage().items():
+        group = parser.add_argument_group(f"{stage} keys", STAGES[stage])
+        for f in fields:
+            group.add_argument(f"--{f.name}", metavar="VALUE", default=argparse.SUPPRESS, help=_help(f))
+
+
+def _source_keys_help() -> str:
+    fields = dataclasses.fields(SourceConfig)
+    width = max(len(f.name) for f in fields) + 2
+    lines = ["source keys (each entry of `sources:`, in the recipe file or `--sources '[{...}]'`):"]
+    lines += [f"  {f.name:<{width}}{f.metadata['help']} (default: {default_text(f)})" for f in fields]
+    return "\n".join(lines) + "\n"
+
+
+def _recipe_overrides(args: argparse.Namespace, rest: list[str]) -> dict:
+    """`--key value` pairs argparse knows (the recipe keys) plus the rest (`--dashed-key`, typos: named by the
+    recipe loader with the closest known keys)."""
+    known = {f.name for fields in recipe_keys_by_stage().values() for f in fields}
+    overrides = {k: parse_override_value(v) for k, v in vars(args).items() if k in known}
+    return {**overrides, **parse_overrides(rest)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -67,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
             run_demo(output_dir=args.output_dir, num_images=args.num_images, seed=args.seed)
             return
 
-        recipe = load_recipe(args.config, rest)
+        recipe = load_recipe(args.config, _recipe_overrides(args, rest))
         if args.command == "run":
             from rsgen.pipeline import run_pipeline
 

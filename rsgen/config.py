@@ -26,101 +26,111 @@ class RecipeError(ValueError):
 
 @dataclass
 class SourceConfig:
-    """One pool of VQA data. Each becomes (part of) a family."""
+    """One pool of VQA data (an entry of the recipe's `sources:` list). Each becomes (part of) a family."""
 
     # Where the rows come from: a Hub dataset, local files, or an image folder.
-    dataset_name: str | None = None
-    dataset_config: str | None = None
-    data_files: list[str] | None = None
-    data_dir: str | None = None  # image folder (`imagefolder` with a metadata file)
-    split: str = "train"
-    streaming: bool = False
-    max_rows: int | None = None  # read at most this many source rows (smoke runs)
+    dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset id (or `rsgen-demo` for the procedural demo pool)"})
+    dataset_config: str | None = field(default=None, metadata={"help": "config (subset) name of the Hub dataset"})
+    data_files: list[str] | None = field(default=None, metadata={"help": "local parquet/json/csv files instead of a Hub dataset"})
+    data_dir: str | None = field(default=None, metadata={"help": "image folder (`imagefolder` with a metadata file)"})
+    split: str = field(default="train", metadata={"help": "split to read"})
+    streaming: bool = field(default=False, metadata={"help": "stream the source instead of downloading it whole"})
+    max_rows: int | None = field(default=None, metadata={"help": "read at most this many source rows (smoke runs)"})
 
-    # Row layout: "flat" (one QA per row, column mapping below), "cauldron" (images + texts[{user, assistant}])
-    # or "llava" (image + conversations[{from, value}] with an <image> placeholder).
-    format: str = "flat"
-    image_column: str = "image"
-    question_column: str = "question"
-    answer_column: str = "answer"  # may hold a list of acceptable answers
-    options_column: str | None = None  # multiple-choice options (list of strings)
-    source_id_column: str | None = None  # the source's own row id, recorded in clean_meta
-    image_ref_column: str | None = None  # recorded image reference (file name) checked by provenance
-    conversation_column: str | None = None  # cauldron / llava: the list of turns (default: texts / conversations)
-    family: str | None = None
-    family_column: str | None = None
+    # Row layout.
+    format: str = field(default="flat", metadata={"help": "row layout: flat (one QA per row), cauldron (images + texts) or llava (image + conversations)"})
+    image_column: str = field(default="image", metadata={"help": "flat: column holding the image"})
+    question_column: str = field(default="question", metadata={"help": "flat: column holding the question"})
+    answer_column: str = field(default="answer", metadata={"help": "flat: column holding the answer (may be a list of acceptable answers)"})
+    options_column: str | None = field(default=None, metadata={"help": "column of multiple-choice options (list of strings)"})
+    source_id_column: str | None = field(default=None, metadata={"help": "the source's own row id, recorded in clean_meta"})
+    image_ref_column: str | None = field(default=None, metadata={"help": "recorded image reference (file name) checked by provenance"})
+    conversation_column: str | None = field(default=None, metadata={"help": "cauldron / llava: the list of turns (null = texts / conversations)"})
+    family: str | None = field(default=None, metadata={"help": "family name of every row (names the output configs)"})
+    family_column: str | None = field(default=None, metadata={"help": "column naming each row's family (instead of `family`)"})
 
     # Text handling.
-    question_template: str = "{question}"  # the instruction is appended after this, on a new line
-    answer_normalization: list[str] = field(default_factory=list)  # e.g. [strip_answer_prefix, strip_trailing_period]
+    question_template: str = field(default="{question}", metadata={"help": "format of the question; the instruction is appended after it on a new line"})
+    answer_normalization: list[str] = field(default_factory=list, metadata={"help": "answer clean-ups, e.g. [strip_answer_prefix, strip_trailing_period]"})
 
     # Task purity: keep only QA pairs matching these (empty = keep all).
-    keep_question_patterns: list[str] = field(default_factory=list)  # regexes, any match keeps
-    source_allowlist: list[str] | None = None  # allowed values of source_id_column's dataset prefix
+    keep_question_patterns: list[str] = field(default_factory=list, metadata={"help": "regexes; a question matching any is kept (empty = keep all)"})
+    source_allowlist: list[str] | None = field(default=None, metadata={"help": "allowed values of source_id_column's dataset prefix"})
 
     # `dataset_name: rsgen-demo` draws the procedural demo pool instead of reading data.
-    demo_num_images: int = 300
-    demo_seed: int = 1234
+    demo_num_images: int = field(default=300, metadata={"help": "demo pool: images drawn"})
+    demo_seed: int = field(default=1234, metadata={"help": "demo pool: seed of the draw"})
+
+
+STAGES = {
+    "run": "where the run lives",
+    "model": "the model that answers",
+    "prepare": "cleaning the pool into prepared/ (the pools themselves: `sources:`, see below)",
+    "generate": "answering every question",
+    "verify": "checking answers against the official ones",
+    "judge": "the text-only second look at rejections",
+    "emit": "the dataset, its card and the upload",
+}
+"""The `stage` of every RecipeConfig key: `rsgen run --help` and the README key table group keys under these."""
 
 
 @dataclass
 class RecipeConfig:
-    """Everything a run needs. Every key can be set in the YAML file or overridden as `--key value`."""
+    """Everything a run needs. Every key can be set in the YAML file or overridden as `--key value`.
 
-    # Model.
-    model_name_or_path: str = DEMO_MODEL
-    engine: str = "transformers"  # the engine implementation (rsgen.engine.ENGINES)
-    model_revision: str | None = None
-    torch_dtype: str = "auto"
-    attn_implementation: str = "auto"  # auto = flash_attention_2 when flash_attn imports and CUDA is present, else sdpa
-    trust_remote_code: bool = False
+    Each field carries `metadata={"stage": ..., "help": ...}`: `rsgen run --help` and the README key table are
+    built from it, so a new key is documented where it is declared.
+    """
 
-    # Data.
-    output_dir: str = "runs/demo"
-    sources: list[SourceConfig] = field(default_factory=list)
-    instruction: str = "Answer in short without any other content."
-    max_image_pixels: int = 89_478_485  # PIL's decompression-bomb limit; larger images are dropped
-    max_aspect_ratio: float = 200.0
-    prepare_num_proc: int = 2
+    output_dir: str = field(default="runs/demo", metadata={"stage": "run", "help": "everything of a run lives here"})
 
-    # Generation.
-    enable_thinking: bool = True
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    max_new_tokens: int = 2048
-    temperature: float = 0.0  # 0 = greedy
-    top_p: float = 1.0
-    num_samples: int = 1
-    seed: int = 0
-    token_budget: int = 32768  # padded prompt+generation tokens per batch
-    max_batch_size: int = 256
-    checkpoint_every_items: int = 256
-    checkpoint_every_seconds: float = 60.0
+    model_name_or_path: str = field(default=DEMO_MODEL, metadata={"stage": "model", "help": "Hub id or local directory of an image-text-to-text model; `rsgen-demo` is the shipped demo model"})
+    engine: str = field(default="transformers", metadata={"stage": "model", "help": "the engine implementation (rsgen.engine.ENGINES)"})
+    model_revision: str | None = field(default=None, metadata={"stage": "model", "help": "pin a Hub commit of the model"})
+    torch_dtype: str = field(default="auto", metadata={"stage": "model", "help": "auto = the dtype the checkpoint was saved in; or bfloat16, float16, float32"})
+    attn_implementation: str = field(default="auto", metadata={"stage": "model", "help": "auto = flash_attention_2 when flash_attn imports and CUDA is present, else sdpa"})
+    trust_remote_code: bool = field(default=False, metadata={"stage": "model", "help": "allow model code from the Hub repository"})
 
-    # Verification.
-    verifier: str | dict[str, str] = "relaxed"  # a name, or a mapping family -> name
-    numeric_tolerance: float = 1e-6
-    math_timeout_seconds: float = 5.0
+    sources: list[SourceConfig] = field(default_factory=list, metadata={"stage": "prepare", "help": "list of pools (YAML mappings of the source keys below)"})
+    instruction: str = field(default="Answer in short without any other content.", metadata={"stage": "prepare", "help": "appended to every question on a new line"})
+    max_image_pixels: int = field(default=89_478_485, metadata={"stage": "prepare", "help": "larger images are dropped (PIL's decompression-bomb limit)"})
+    max_aspect_ratio: float = field(default=200.0, metadata={"stage": "prepare", "help": "images more elongated than this are dropped"})
+    prepare_num_proc: int = field(default=2, metadata={"stage": "prepare", "help": "processes cleaning the pool"})
 
-    # Judge.
-    judge: bool = True
-    judge_model_name_or_path: str | None = None  # None = the generation model; a VLM or a text-only chat LM
-    judge_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # not inherited from generation
-    judge_prompt_file: str | None = None  # None = the template shipped in rsgen/judge/
-    judge_max_new_tokens: int = 1024
-    judge_calibration_size: int = 60
-    judge_calibration_seed: int = 0
+    enable_thinking: bool = field(default=True, metadata={"stage": "generate", "help": "reasoning on: passed to the chat template as enable_thinking"})
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict, metadata={"stage": "generate", "help": "more keyword arguments for the chat template"})
+    max_new_tokens: int = field(default=2048, metadata={"stage": "generate", "help": "most tokens generated per answer"})
+    temperature: float = field(default=0.0, metadata={"stage": "generate", "help": "0 = greedy"})
+    top_p: float = field(default=1.0, metadata={"stage": "generate", "help": "nucleus sampling (with temperature > 0)"})
+    num_samples: int = field(default=1, metadata={"stage": "generate", "help": "answers per question (> 1 needs temperature > 0)"})
+    seed: int = field(default=0, metadata={"stage": "generate", "help": "sampling seed"})
+    token_budget: int = field(default=32768, metadata={"stage": "generate", "help": "padded prompt+generation tokens per batch"})
+    max_batch_size: int = field(default=256, metadata={"stage": "generate", "help": "most rows per batch"})
+    checkpoint_every_items: int = field(default=256, metadata={"stage": "generate", "help": "write a checkpoint after this many answers"})
+    checkpoint_every_seconds: float = field(default=60.0, metadata={"stage": "generate", "help": "... or after this many seconds"})
 
-    # Emit.
-    shard_size_mb: int = 500
-    sft_keep_reasoning: bool = True
-    num_card_examples: int = 3
-    license: str = "other"
-    task_categories: list[str] = field(default_factory=lambda: ["visual-question-answering"])
-    language: list[str] = field(default_factory=lambda: ["en"])
-    push_to_hub: bool = False
-    hub_dataset_id: str | None = None
-    hub_private: bool = False
-    demo: bool = False  # the card says this is a demo dataset
+    verifier: str | dict[str, str] = field(default="relaxed", metadata={"stage": "verify", "help": "relaxed, exact, numeric, mc or math; or a mapping family -> verifier (`default:` for the rest)"})
+    numeric_tolerance: float = field(default=1e-6, metadata={"stage": "verify", "help": "relative tolerance of the numeric verifier"})
+    math_timeout_seconds: float = field(default=5.0, metadata={"stage": "verify", "help": "time limit of one math-verify comparison"})
+
+    judge: bool = field(default=True, metadata={"stage": "judge", "help": "give verifier rejections a second, text-only look"})
+    judge_model_name_or_path: str | None = field(default=None, metadata={"stage": "judge", "help": "null = the generation model; a VLM or a text-only chat LM"})
+    judge_chat_template_kwargs: dict[str, Any] = field(default_factory=dict, metadata={"stage": "judge", "help": "chat template keyword arguments of the judge (not inherited from generation)"})
+    judge_prompt_file: str | None = field(default=None, metadata={"stage": "judge", "help": "null = the template shipped in rsgen/judge/"})
+    judge_max_new_tokens: int = field(default=1024, metadata={"stage": "judge", "help": "most tokens of one verdict"})
+    judge_calibration_size: int = field(default=60, metadata={"stage": "judge", "help": "verifier-accepted items the judge is calibrated on"})
+    judge_calibration_seed: int = field(default=0, metadata={"stage": "judge", "help": "seed drawing the calibration items"})
+
+    shard_size_mb: int = field(default=500, metadata={"stage": "emit", "help": "parquet shard size of prepared/ and dataset/"})
+    sft_keep_reasoning: bool = field(default=True, metadata={"stage": "emit", "help": "`_sft` completion is the full response (true) or the answer alone (false)"})
+    num_card_examples: int = field(default=3, metadata={"stage": "emit", "help": "examples shown per family in the card"})
+    license: str = field(default="other", metadata={"stage": "emit", "help": "the card's license"})
+    task_categories: list[str] = field(default_factory=lambda: ["visual-question-answering"], metadata={"stage": "emit", "help": "the card's task categories"})
+    language: list[str] = field(default_factory=lambda: ["en"], metadata={"stage": "emit", "help": "the card's languages"})
+    push_to_hub: bool = field(default=False, metadata={"stage": "emit", "help": "upload dataset/ at the end"})
+    hub_dataset_id: str | None = field(default=None, metadata={"stage": "emit", "help": "USER/NAME of the dataset repository to upload to"})
+    hub_private: bool = field(default=False, metadata={"stage": "emit", "help": "create the repository private"})
+    demo: bool = field(default=False, metadata={"stage": "emit", "help": "the card says this is a demo dataset"})
 
     # ------------------------------------------------------------------ helpers
 
@@ -262,9 +272,13 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
                 raise RecipeError(f"override --{key} has no value")
             text = args[i + 1]
             i += 2
-        key = key.replace("-", "_")
-        out[key] = yaml.safe_load(text) if text != "" else ""
+        out[key.replace("-", "_")] = parse_override_value(text)
     return out
+
+
+def parse_override_value(text: str) -> Any:
+    """A command-line value is YAML: `false` is a bool, `128` an int, `{A: exact}` a mapping, `""` the empty string."""
+    return yaml.safe_load(text) if text != "" else ""
 
 
 def load_recipe(path: str | os.PathLike | None, overrides: dict[str, Any] | list[str] | None = None) -> RecipeConfig:
@@ -280,3 +294,47 @@ def load_recipe(path: str | os.PathLike | None, overrides: dict[str, Any] | list
         overrides = parse_overrides(overrides)
     raw.update(overrides or {})
     return recipe_from_dict(raw, where=str(path) if path else "command line")
+
+
+# ---------------------------------------------------------------------- documentation from the field metadata
+
+
+def recipe_keys_by_stage() -> dict[str, list[dataclasses.Field]]:
+    """RecipeConfig's fields grouped by their `stage` metadata, stages in STAGES order, fields in declaration order."""
+    groups: dict[str, list[dataclasses.Field]] = {stage: [] for stage in STAGES}
+    for f in dataclasses.fields(RecipeConfig):
+        groups[f.metadata["stage"]].append(f)
+    return groups
+
+
+def default_of(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def default_text(f: dataclasses.Field) -> str:
+    """The default as it would be written in YAML (`null`, `false`, `[]`)."""
+    value = default_of(f)
+    if value is None:
+        return "null"
+    if isinstance(value, (list, dict)) and not value:
+        return "[]" if isinstance(value, list) else "{}"
+    return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
+
+
+def keys_markdown() -> str:
+    """The README's key tables, generated from the field metadata (scripts/update_readme_keys.py writes them)."""
+
+    def row(f):
+        default = default_text(f)
+        return f"| `{f.name}` | {f'`{default}`' if default else ''} | {f.metadata['help']} |"
+
+    lines = []
+    for stage, fields in recipe_keys_by_stage().items():
+        lines += [f"**{stage}**: {STAGES[stage]}", "", "| key | default | |", "| --- | --- | --- |"]
+        lines += [row(f) for f in fields] + [""]
+    lines += ["**sources**: each entry of `sources:`", "", "| key | default | |", "| --- | --- | --- |"]
+    lines += [row(f) for f in dataclasses.fields(SourceConfig)]
+    return "\n".join(lines) + "\n"
+

@@ -1,8 +1,20 @@
 """Recipe parsing: YAML + overrides into dataclasses, unknown keys and bad values named in the error."""
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
-from rsgen.config import RecipeError, load_recipe, parse_overrides, recipe_from_dict
+from rsgen.config import (
+    STAGES,
+    RecipeConfig,
+    RecipeError,
+    SourceConfig,
+    keys_markdown,
+    load_recipe,
+    parse_overrides,
+    recipe_from_dict,
+)
 
 SOURCE = {"dataset_name": "HuggingFaceM4/ChartQA", "question_column": "query", "answer_column": "label", "family": "ChartQA"}
 
@@ -67,3 +79,18 @@ def test_override_parsing():
 def test_missing_recipe_file(tmp_path):
     with pytest.raises(RecipeError, match="does not exist"):
         load_recipe(tmp_path / "nope.yaml")
+
+
+def test_every_key_has_a_stage_and_a_help():
+    for f in dataclasses.fields(RecipeConfig):
+        assert f.metadata.get("stage") in STAGES, f"{f.name}: metadata stage must be one of {list(STAGES)}"
+        assert f.metadata.get("help"), f"{f.name}: metadata needs a one-line help"
+    for f in dataclasses.fields(SourceConfig):
+        assert f.metadata.get("help"), f"sources: {f.name}: metadata needs a one-line help"
+
+
+def test_readme_key_tables_are_generated_from_the_metadata():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert keys_markdown() in readme, "README key tables are stale: run `python scripts/update_readme_keys.py`"
+    for f in dataclasses.fields(RecipeConfig) + dataclasses.fields(SourceConfig):
+        assert f"| `{f.name}` |" in readme
