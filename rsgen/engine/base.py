@@ -21,6 +21,13 @@ class ChatRequest:
     messages: list[dict]
     images: list = field(default_factory=list)
     meta: Any = None  # the stage's own item, handed back untouched with the result (engines never read it)
+    # Sampling only: one response per sample key, all from this one prompt (encoded and prefilled once), each
+    # drawn with the random stream of (engine seed, that key). Empty: one response, the stream of `key`.
+    sample_keys: tuple[str, ...] = ()
+
+    @property
+    def num_responses(self) -> int:
+        return max(1, len(self.sample_keys))
 
 
 @dataclass
@@ -30,6 +37,7 @@ class GenerationResult:
     prompt_tokens: int  # real prompt tokens (image tokens included, padding excluded)
     generated_tokens: int  # new tokens up to and including the first EOS
     hit_limit: bool  # no EOS within max_new_tokens
+    sample_key: str | None = None  # which of the request's `sample_keys` this response is (None without them)
 
 
 @dataclass
@@ -58,8 +66,9 @@ class EngineStats:
 
 
 class Engine(Protocol):
-    """A loaded model that answers chat requests. `generate` yields one `(request, result)` pair per request,
-    in any order (the request object is the one passed in, `meta` included)."""
+    """A loaded model that answers chat requests. `generate` yields one `(request, result)` pair per response
+    (one per request, or one per sample key), in any order (the request object is the one passed in, `meta`
+    included). With temperature > 0 a response depends on (seed, its key) only, never on its batch."""
 
     stats: EngineStats
     revision: str | None  # the commit the weights came from, when known (recorded with every result)

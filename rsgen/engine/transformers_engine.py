@@ -9,6 +9,9 @@ How it keeps a GPU busy:
 - Image decoding, chat templating and the processor run in background threads, a few batches ahead, while the
   main thread is inside `model.generate`.
 - Left padding, so batched greedy output is the output each request would get alone.
+- Sampling (temperature > 0) is reproducible per request: every row draws from its own random stream, fixed
+  by (seed, its key) (`rsgen.engine.sampling`), so a response never depends on its batch or on a restart.
+  A request with several `sample_keys` is encoded once and expanded with `num_return_sequences`.
 - On CUDA out-of-memory the batch is split in half and retried, and the budget is lowered for what follows.
 
 Decoding is defined by the engine's arguments alone (greedy unless temperature > 0): sampling and penalty
@@ -20,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import gc
-import hashlib
 import io
 import itertools
 import logging
@@ -38,6 +40,7 @@ from PIL import Image
 from transformers import BatchFeature, GenerationConfig
 
 from rsgen.engine.base import ChatRequest, EngineStats, GenerationResult
+from rsgen.engine.sampling import RowSeededSampler, row_seed
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +64,7 @@ class _Measured:
     length: int  # prompt tokens the processor will produce for this request alone
     num_images: int
     response_prefix: str  # an opening reasoning tag the template put at the end of the prompt, else ""
+    rows: int = 1  # responses drawn from this prompt (its sample keys, else 1)
 
 
 @dataclass
@@ -199,7 +203,10 @@ class TransformersEngine:
         # Every logits-shaping field is set explicitly: generate() fills unset (None) fields from the model's own
         # generation_config, which may carry a repetition penalty or top_k that the recipe did not ask for.
         # Sampling-only fields stay unset under greedy decoding, where they do nothing (and setting them warns).
-        sampling = dict(temperature=self.temperature, top_p=self.top_p, top_k=0, min_p=0.0, typical_p=1.0)
+        # Under sampling, temperature and top-p are applied by the row-seeded sampler (`_generate_batch`), which
+        # leaves one finite logit per row: generate's own sampling step then has nothing left to choose
+        # (do_sample stays on because `num_return_sequences` requires it).
+        sampling = dict(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, typical_p=1.0)
         return GenerationConfig(
             max_new_tokens=self.max_new_tokens,
             do_sample=sample,
@@ -273,10 +280,13 @@ class TransformersEngine:
         return count
 
     def measure(self, request: ChatRequest) -> _Measured:
+        if request.sample_keys and self.temperature == 0:
+            raise ValueError(f"request {request.key!r} asks for {len(request.sample_keys)} samples but the engine "
+                             "decodes greedily (temperature 0): every sample would be the same response")
         text = self.render(request)
         length = self._text_length(text) + sum(self._image_tokens(_image_size(im)) for im in request.images)
         tag = OPEN_REASONING_TAG_RE.search(text)
-        return _Measured(request, text, length, len(request.images), tag.group() if tag else "")
+        return _Measured(request, text, length, len(request.images), tag.group() if tag else "", request.num_responses)
 
     # ------------------------------------------------------------------ planning
 
@@ -284,15 +294,19 @@ class TransformersEngine:
         return n_rows * (padded_length + self.max_new_tokens)
 
     def _cut_batches(self, window: list[_Measured]) -> list[list[_Measured]]:
-        """Longest first; text-only and image requests never share a batch (processors want one or the other)."""
-        window = sorted(window, key=lambda m: (m.num_images > 0, -m.length))
+        """Longest first; text-only and image requests never share a batch (processors want one or the other),
+        nor do requests drawing different numbers of samples (`num_return_sequences` is one per batch).
+        Rows (responses), not requests, count against the budget and `max_batch_size`."""
+        window = sorted(window, key=lambda m: (m.num_images > 0, m.rows, -m.length))
         batches: list[list[_Measured]] = []
         current: list[_Measured] = []
         for item in window:
+            rows = len(current) * (current[0].rows if current else 0) + item.rows
             if current and (
-                len(current) >= self.max_batch_size
+                rows > self.max_batch_size
                 or (current[0].num_images > 0) != (item.num_images > 0)
-                or self._batch_cost(len(current) + 1, current[0].length) > self.token_budget
+                or current[0].rows != item.rows
+                or self._batch_cost(rows, current[0].length) > self.token_budget
             ):
                 batches.append(current)
                 current = []
@@ -383,6 +397,7 @@ class TransformersEngine:
     def _run(self, encoded: _Encoded) -> Iterator[tuple[ChatRequest, GenerationResult]]:
         """Generate one encoded batch; split it when it exceeds the (possibly lowered) budget or runs out of memory."""
         n = len(encoded.items)
+        rows = n * encoded.items[0].rows
         measured = max(m.length for m in encoded.items)
         if encoded.padded_length != measured and not self._warned_length:
             self._warned_length = True
@@ -390,7 +405,7 @@ class TransformersEngine:
                 "prompt length estimate off for this processor (%d measured, %d actual): batches are split to fit "
                 "the token budget, which costs speed, not results", measured, encoded.padded_length,
             )
-        if n > 1 and self._batch_cost(n, encoded.padded_length) > self.token_budget:
+        if n > 1 and self._batch_cost(rows, encoded.padded_length) > self.token_budget:
             for half in (encoded.items[: n // 2], encoded.items[n // 2 :]):
                 yield from self._run(self.encode(half))
             return
@@ -405,18 +420,18 @@ class TransformersEngine:
         if oom:
             # Outside the except block, so the traceback no longer pins the failed batch's tensors.
             self._free_memory()
-            cost = self._batch_cost(n, encoded.padded_length)
+            cost = self._batch_cost(rows, encoded.padded_length)
             if n == 1:
                 raise RuntimeError(
                     f"out of memory on a single request ({encoded.items[0].request.key!r}: {encoded.padded_length} "
-                    f"prompt tokens + max_new_tokens {self.max_new_tokens}); lower max_new_tokens or max_image_pixels, "
-                    "or use a GPU with more memory"
+                    f"prompt tokens + max_new_tokens {self.max_new_tokens}, {rows} response(s)); lower "
+                    "max_new_tokens or max_image_pixels, or use a GPU with more memory"
                 )
             self.token_budget = max(1, min(self.token_budget, int(cost * OOM_BUDGET_FACTOR)))
             self.stats.oom_splits += 1
             logger.warning(
                 "CUDA out of memory on a batch of %d rows (%d tokens); splitting it and lowering token_budget to %d",
-                n, cost, self.token_budget,
+                rows, cost, self.token_budget,
             )
             for half in (encoded.items[: n // 2], encoded.items[n // 2 :]):
                 yield from self._run(self.encode(half))
@@ -429,9 +444,10 @@ class TransformersEngine:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def _batch_seed(self, items: list[_Measured]) -> int:
-        digest = hashlib.sha256(f"{self.seed}\0".encode() + "\0".join(sorted(m.request.key for m in items)).encode())
-        return int.from_bytes(digest.digest()[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+    @staticmethod
+    def _row_keys(items: list[_Measured]) -> list[tuple[_Measured, str | None]]:
+        """(item, sample key) per output row, in the order `num_return_sequences` expands the batch."""
+        return [(m, k) for m in items for k in (m.request.sample_keys or (None,))]
 
     def _generate_batch(self, encoded: _Encoded) -> list[tuple[ChatRequest, GenerationResult]]:
         device = getattr(self.model, "device", torch.device("cpu"))
@@ -442,29 +458,36 @@ class TransformersEngine:
             inputs = encoded.inputs.to(device=device, dtype=dtype)
         else:
             inputs = encoded.inputs.to(device)
+        row_keys = self._row_keys(encoded.items)
+        extra: dict[str, Any] = {}
         if self.generation_config.do_sample:
-            # Sampling is reproducible for a given batch composition (restarts that re-batch differ).
-            torch.manual_seed(self._batch_seed(encoded.items))
+            # Each row's stream is fixed by (seed, its key): the response does not depend on the batch.
+            seeds = [row_seed(self.seed, key if key is not None else m.request.key) for m, key in row_keys]
+            extra["logits_processor"] = [
+                RowSeededSampler(seeds, encoded.padded_length, self.temperature, self.top_p)
+            ]
+            extra["num_return_sequences"] = encoded.items[0].rows
         start = time.perf_counter()
         with torch.inference_mode():
-            output = self.model.generate(**inputs, generation_config=self.generation_config)
+            output = self.model.generate(**inputs, generation_config=self.generation_config, **extra)
         new_tokens = output[:, encoded.padded_length :].cpu()
         self.stats.generate_seconds += time.perf_counter() - start
 
-        prompt_lengths = inputs["attention_mask"].sum(dim=1).tolist()
+        prompt_lengths = inputs["attention_mask"].sum(dim=1).repeat_interleave(encoded.items[0].rows).tolist()
         is_eos = torch.isin(new_tokens, torch.tensor(self.eos_token_ids))
         has_eos = is_eos.any(dim=1).tolist()
         first_eos = is_eos.int().argmax(dim=1).tolist()
         rows, steps = new_tokens.shape
         results = []
-        for i, item in enumerate(encoded.items):
+        for i, (item, key) in enumerate(row_keys):
             n_gen = first_eos[i] + 1 if has_eos[i] else steps
             ids = [t for t in new_tokens[i, : first_eos[i] if has_eos[i] else steps].tolist() if t not in self._skip_ids]
             text = item.response_prefix + self.tokenizer.decode(
                 ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
             )
             results.append(
-                (item.request, GenerationResult(text, int(prompt_lengths[i]), n_gen, hit_limit=not has_eos[i]))
+                (item.request, GenerationResult(text, int(prompt_lengths[i]), n_gen, hit_limit=not has_eos[i],
+                                                sample_key=key))
             )
             self.stats.prompt_tokens += int(prompt_lengths[i])
             self.stats.generated_tokens += n_gen
