@@ -35,3 +35,18 @@ class Decision(NamedTuple):
     match: bool
     reason: str | None
     extracted: str | None
+
+
+# Decision(...) goes through a Python-level __new__ that costs twice as much as tuple.__new__; verifiers build
+# one per QA pair, so they use these two.
+_new = tuple.__new__
+
+
+def accepted(extracted: str) -> Decision:
+    """A match on `extracted`."""
+    return _new(Decision, (True, None, extracted))
+
+
+def rejected(reason: str, extracted: str | None) -> Decision:
+    """A non-match for `reason` (one of `REASONS`) on `extracted`."""
+    return _new(Decision, (False, reason, extracted))

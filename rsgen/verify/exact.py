@@ -3,28 +3,18 @@ numeric tolerance: "1,000" does not match "1000" and "5.0" does not match "5". A
 
 from __future__ import annotations
 
-from rsgen.verify.decision import WRONG_ANSWER, Decision
-from rsgen.verify.inputs import check_inputs
+from rsgen.verify.decision import WRONG_ANSWER, Decision, accepted, rejected
+from rsgen.verify.frame import verifier
 from rsgen.verify.normalize import text_info
 
-# Decision(...) without its Python-level __new__: half the cost on the hot path.
-_new = tuple.__new__
 
-
+@verifier
 def exact(
-    prediction: str | None,
-    references: str | list[str],
-    *,
-    options: list[str] | None = None,
-    numeric_tolerance: float | None = None,
-    timeout_seconds: float | None = None,
+    prediction: str, references: tuple[str, ...], options, numeric_tolerance, timeout_seconds
 ) -> Decision:
     """Normalised string equality of an extracted answer with any reference."""
-    refs = check_inputs(prediction, references)
-    if type(refs) is Decision:
-        return refs
     pred = text_info(prediction)[0]
-    for ref in refs:
+    for ref in references:
         if pred == text_info(ref)[0]:
-            return _new(Decision, (True, None, prediction))
-    return _new(Decision, (False, WRONG_ANSWER, prediction))
+            return accepted(prediction)
+    return rejected(WRONG_ANSWER, prediction)

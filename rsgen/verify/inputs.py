@@ -5,6 +5,9 @@
 - references: a `str`, or a non-empty list/tuple of `str`; blank references and the text "nan" (a missing
   value that was turned into text somewhere upstream) are ignored; anything else, or nothing left ->
   `bad_input`. Numbers are not silently turned into text: `3` and `3.0` would read differently.
+- options (multiple-choice option texts): None, or a list/tuple of `str`; anything else -> `bad_input`.
+
+`rsgen.verify.frame` runs these checks for every verifier.
 """
 
 from __future__ import annotations
@@ -44,3 +47,14 @@ def _usable(reference: str) -> bool:
     if not reference or reference.isspace():
         return False
     return reference not in _NAN_SPELLINGS
+
+
+def check_options(options) -> bool:
+    """Whether `options` (not None) is a list or tuple of option texts."""
+    if not isinstance(options, (list, tuple)):
+        return False
+    try:
+        "".join(options)  # raises unless every option is a str, at C speed
+    except TypeError:
+        return False
+    return True

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import math
 import os
 import select
 import subprocess
@@ -30,17 +29,14 @@ import threading
 import time
 from pathlib import Path
 
-from rsgen.verify.decision import MATH_TIMEOUT, WRONG_ANSWER, Decision
-from rsgen.verify.inputs import check_inputs
+from rsgen.verify.decision import MATH_TIMEOUT, WRONG_ANSWER, Decision, accepted, rejected
+from rsgen.verify.frame import verifier
 from rsgen.verify.normalize import normalize_text, parse_number
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
 KILL_GRACE_SECONDS = 1.0
 STARTUP_TIMEOUT_SECONDS = 120.0
 MAX_MATH_CHARS = 5000
-
-# Decision(...) without its Python-level __new__: half the cost on the hot path.
-_new = tuple.__new__
 
 
 class MathWorkerError(RuntimeError):
@@ -178,35 +174,26 @@ def _plain_number(text: str) -> float | None:
     return number.value
 
 
+@verifier
 def math_verifier(
-    prediction: str | None,
-    references: str | list[str],
-    *,
-    options: list[str] | None = None,
-    numeric_tolerance: float | None = None,
-    timeout_seconds: float | None = None,
+    prediction: str, references: tuple[str, ...], options, numeric_tolerance, timeout_seconds
 ) -> Decision:
     """Mathematical equivalence of an extracted answer with any reference (math-verify, time-limited)."""
-    refs = check_inputs(prediction, references)
-    if type(refs) is Decision:
-        return refs
     timeout = DEFAULT_TIMEOUT_SECONDS if timeout_seconds is None else timeout_seconds
-    if type(timeout) not in (float, int) or not math.isfinite(timeout) or timeout <= 0:
-        raise ValueError(f"timeout_seconds must be a finite number > 0, got {timeout!r}")
     pred_text = normalize_text(prediction)
     pred_number = _plain_number(pred_text)
-    for ref in refs:
+    for ref in references:
         ref_text = normalize_text(ref)
         if pred_text == ref_text:
-            return _new(Decision, (True, None, prediction))
+            return accepted(prediction)
         if pred_number is not None and _plain_number(ref_text) == pred_number:
-            return _new(Decision, (True, None, prediction))
-    golds = [ref for ref in refs if len(ref) <= MAX_MATH_CHARS]
+            return accepted(prediction)
+    golds = [ref for ref in references if len(ref) <= MAX_MATH_CHARS]
     if len(prediction) > MAX_MATH_CHARS or not golds:
-        return _new(Decision, (False, WRONG_ANSWER, prediction))
+        return rejected(WRONG_ANSWER, prediction)
     status = math_worker().check(golds, prediction, float(timeout))
     if status == "match":
-        return _new(Decision, (True, None, prediction))
+        return accepted(prediction)
     if status == "timeout":
-        return Decision(False, MATH_TIMEOUT, prediction)
-    return _new(Decision, (False, WRONG_ANSWER, prediction))
+        return rejected(MATH_TIMEOUT, prediction)
+    return rejected(WRONG_ANSWER, prediction)

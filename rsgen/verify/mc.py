@@ -29,8 +29,16 @@ from __future__ import annotations
 
 import re
 
-from rsgen.verify.decision import BAD_INPUT, MC_AMBIGUOUS, MC_NO_LETTER, WRONG_ANSWER, Decision
-from rsgen.verify.inputs import check_inputs
+from rsgen.verify.decision import (
+    BAD_INPUT,
+    MC_AMBIGUOUS,
+    MC_NO_LETTER,
+    WRONG_ANSWER,
+    Decision,
+    accepted,
+    rejected,
+)
+from rsgen.verify.frame import verifier
 from rsgen.verify.normalize import _info_cache, normalize_text, strip_latex, text_info
 
 _WHOLE_RE = re.compile(r"[\(\[]?([A-Za-z])[\)\]]?[.:)]?")
@@ -53,9 +61,6 @@ _CACHE_ENTRIES = 1 << 16  # final MC answers repeat a lot ("B", "(B)", "**B**")
 _CACHEABLE_CHARS = 200
 _forms_cache: dict[tuple[str, int], tuple] = {}
 _option_pattern_cache: dict[str, re.Pattern] = {}
-
-# Decision(...) without its Python-level __new__: half the cost on the hot path.
-_new = tuple.__new__
 
 
 def _clean(text: str) -> str:
@@ -180,36 +185,20 @@ def reference_letter(reference: str, options: list[str] | tuple[str, ...] | None
     return None
 
 
-def mc(
-    prediction: str | None,
-    references: str | list[str],
-    *,
-    options: list[str] | None = None,
-    numeric_tolerance: float | None = None,
-    timeout_seconds: float | None = None,
-) -> Decision:
+@verifier
+def mc(prediction: str, references: tuple[str, ...], options, numeric_tolerance, timeout_seconds) -> Decision:
     """Multiple choice: the answer's single option letter against the reference letter(s)."""
-    refs = check_inputs(prediction, references)
-    if type(refs) is Decision:
-        return refs
-    if options is not None:
-        if not isinstance(options, (list, tuple)):
-            return Decision(False, BAD_INPUT, prediction)
-        try:
-            "".join(options)  # raises unless every option is a str, at C speed
-        except TypeError:
-            return Decision(False, BAD_INPUT, prediction)
-    if len(refs) == 1 and len(refs[0]) == 1 and "A" <= refs[0] <= "Z":
-        ref_letters = refs  # the usual reference: a bare capital letter
+    if len(references) == 1 and len(references[0]) == 1 and "A" <= references[0] <= "Z":
+        ref_letters = references  # the usual reference: a bare capital letter
     else:
         ref_letters = [
-            letter for letter in (reference_letter(ref, options) for ref in refs) if letter is not None
+            letter for letter in (reference_letter(ref, options) for ref in references) if letter is not None
         ]
         if not ref_letters:
-            return Decision(False, BAD_INPUT, prediction)
+            return rejected(BAD_INPUT, prediction)
     letter, reason = option_letter(prediction, options)
     if letter is None:
-        return _new(Decision, (False, reason, prediction))
+        return rejected(reason, prediction)
     if letter in ref_letters:
-        return _new(Decision, (True, None, letter))
-    return _new(Decision, (False, WRONG_ANSWER, letter))
+        return accepted(letter)
+    return rejected(WRONG_ANSWER, letter)

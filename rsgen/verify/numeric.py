@@ -10,43 +10,29 @@ is not a number falls back to `exact`'s normalised string equality, so a mostly 
 
 from __future__ import annotations
 
-import math
-
-from rsgen.verify.decision import WRONG_ANSWER, Decision
-from rsgen.verify.inputs import check_inputs
+from rsgen.verify.decision import WRONG_ANSWER, Decision, accepted, rejected
+from rsgen.verify.frame import verifier
 from rsgen.verify.normalize import text_info, units_compatible, value_pairs
 
 DEFAULT_TOLERANCE = 1e-6
 
-# Decision(...) without its Python-level __new__: half the cost on the hot path.
-_new = tuple.__new__
 
-
+@verifier
 def numeric(
-    prediction: str | None,
-    references: str | list[str],
-    *,
-    options: list[str] | None = None,
-    numeric_tolerance: float | None = None,
-    timeout_seconds: float | None = None,
+    prediction: str, references: tuple[str, ...], options, numeric_tolerance, timeout_seconds
 ) -> Decision:
     """Numeric equality of an extracted answer with any reference, within `numeric_tolerance`."""
-    refs = check_inputs(prediction, references)
-    if type(refs) is Decision:
-        return refs
     tolerance = DEFAULT_TOLERANCE if numeric_tolerance is None else numeric_tolerance
-    if type(tolerance) not in (float, int) or not math.isfinite(tolerance) or tolerance < 0:
-        raise ValueError(f"numeric_tolerance must be a finite number >= 0, got {tolerance!r}")
     pred_text, pred, _ = text_info(prediction)
-    for ref_raw in refs:
+    for ref_raw in references:
         ref_text, ref, _ = text_info(ref_raw)
         if ref is None:
             if pred_text == ref_text:
-                return _new(Decision, (True, None, prediction))
+                return accepted(prediction)
             continue
         if pred is None or not units_compatible(pred, ref):
             continue
         for p, r in value_pairs(pred, ref):
             if abs(p - r) <= tolerance * max(1.0, abs(r)):
-                return _new(Decision, (True, None, prediction))
-    return _new(Decision, (False, WRONG_ANSWER, prediction))
+                return accepted(prediction)
+    return rejected(WRONG_ANSWER, prediction)

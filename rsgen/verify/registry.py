@@ -19,7 +19,10 @@ VERIFIERS: dict[str, Callable[..., Decision]] = {
     "mc": mc,
     "math": math_verifier,
 }
-"""name -> verifier(prediction, references, *, options=None, numeric_tolerance=None, timeout_seconds=None)."""
+"""name -> verifier(prediction, references, *, options=None, numeric_tolerance=None, timeout_seconds=None).
+
+Each is a rule wrapped by `rsgen.verify.frame.verifier`, which gives them this one signature and input checks.
+A new verifier: a module with its `@verifier` rule, and one line here."""
 
 
 def clear_caches() -> None:

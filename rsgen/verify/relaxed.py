@@ -24,16 +24,13 @@ Decisions where the official code (`float()` plus a '%' -> /100 rule) is silent 
 
 from __future__ import annotations
 
-from rsgen.verify.decision import WRONG_ANSWER, Decision
-from rsgen.verify.inputs import check_inputs
+from rsgen.verify.decision import WRONG_ANSWER, Decision, accepted, rejected
+from rsgen.verify.frame import verifier
 from rsgen.verify.normalize import Number, _info_cache, text_info, units_compatible, value_pairs
 
 RELATIVE_TOLERANCE = 0.05
 _FLOAT_SLACK = 1e-9  # so that 105 vs 100 is inside 5% despite binary floating point
 _BOUND = RELATIVE_TOLERANCE + _FLOAT_SLACK
-
-# Decision(...) without its Python-level __new__: half the cost on the hot path.
-_new = tuple.__new__
 
 
 def within(prediction: Number, reference: Number, tolerance: float) -> bool:
@@ -50,39 +47,31 @@ def within(prediction: Number, reference: Number, tolerance: float) -> bool:
     return False
 
 
+@verifier
 def relaxed(
-    prediction: str | None,
-    references: str | list[str],
-    *,
-    options: list[str] | None = None,
-    numeric_tolerance: float | None = None,
-    timeout_seconds: float | None = None,
+    prediction: str, references: tuple[str, ...], options, numeric_tolerance, timeout_seconds
 ) -> Decision:
     """ChartQA relaxed accuracy of an extracted answer against one or several references.
 
-    `options`, `numeric_tolerance` and `timeout_seconds` are accepted so every verifier takes the same
-    keywords; relaxed accuracy's tolerance is fixed at 5% by definition.
+    Relaxed accuracy's tolerance is fixed at 5% by definition: `numeric_tolerance` does not change it.
     """
-    refs = check_inputs(prediction, references)
-    if type(refs) is Decision:
-        return refs
     pred_text, pred_number, pred_plain = _info_cache.get(prediction) or text_info(prediction)
-    for ref in refs:
+    for ref in references:
         ref_text, ref_number, ref_plain = _info_cache.get(ref) or text_info(ref)
         if pred_text == ref_text:
-            return _new(Decision, (True, None, prediction))
+            return accepted(prediction)
         if ref_plain is not None and pred_plain is not None:  # the common case, inlined: two bare numbers
             if (
                 pred_plain == 0.0
                 if ref_plain == 0.0
                 else abs(pred_plain - ref_plain) <= _BOUND * abs(ref_plain)
             ):
-                return _new(Decision, (True, None, prediction))
+                return accepted(prediction)
         elif (
             ref_number is not None
             and pred_number is not None
             and within(pred_number, ref_number, RELATIVE_TOLERANCE)
         ):
             # Units that disagree make a pair non-numeric: it then needs the string equality checked above.
-            return _new(Decision, (True, None, prediction))
-    return _new(Decision, (False, WRONG_ANSWER, prediction))
+            return accepted(prediction)
+    return rejected(WRONG_ANSWER, prediction)
