@@ -253,6 +253,12 @@ def validate_recipe(recipe: RecipeConfig) -> None:
     for name in names:
         if name not in VERIFIERS:
             raise RecipeError(f"unknown verifier {name!r}; choose one of {', '.join(sorted(VERIFIERS))}")
+    from rsgen.verify.frame import check_settings
+
+    try:  # the verifiers' own check, at load time rather than at the first verified response
+        check_settings(recipe.numeric_tolerance, recipe.math_timeout_seconds)
+    except ValueError as e:
+        raise RecipeError(f"recipe keys numeric_tolerance / math_timeout_seconds: {e}") from None
 
 
 def parse_overrides(args: list[str]) -> dict[str, Any]:

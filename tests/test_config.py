@@ -94,3 +94,13 @@ def test_readme_key_tables_are_generated_from_the_metadata():
     assert keys_markdown() in readme, "README key tables are stale: run `python scripts/update_readme_keys.py`"
     for f in dataclasses.fields(RecipeConfig) + dataclasses.fields(SourceConfig):
         assert f"| `{f.name}` |" in readme
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [("numeric_tolerance", -1.0), ("numeric_tolerance", float("nan")), ("math_timeout_seconds", 0), ("math_timeout_seconds", -5)],
+)
+def test_verifier_settings_are_checked_at_load(key, value):
+    # The verifiers would raise on the first verified response, after the model loaded; the recipe fails first.
+    with pytest.raises(RecipeError, match=f"{key.removeprefix('math_')} must be a finite number"):
+        recipe_from_dict({key: value})
