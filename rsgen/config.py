@@ -43,6 +43,7 @@ class SourceConfig:
     question_column: str = field(default="question", metadata={"help": "flat: column holding the question"})
     answer_column: str = field(default="answer", metadata={"help": "flat: column holding the answer (may be a list of acceptable answers)"})
     options_column: str | None = field(default=None, metadata={"help": "column of multiple-choice options (list of strings)"})
+    answer_index_base: int | None = field(default=None, metadata={"help": "multiple choice: answers written as digits are option indices counted from this (0 = ScienceQA style, 1); null = answers are option texts or letters"})
     source_id_column: str | None = field(default=None, metadata={"help": "the source's own row id, recorded in clean_meta"})
     image_ref_column: str | None = field(default=None, metadata={"help": "recorded image reference (file name) checked by provenance"})
     conversation_column: str | None = field(default=None, metadata={"help": "cauldron / llava: the list of turns (null = texts / conversations)"})

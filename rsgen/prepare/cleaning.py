@@ -8,20 +8,25 @@ reason (the first check it fails, in the order of `check_qa`), so the report alw
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
 from rsgen.config import RecipeError, SourceConfig
+from rsgen.verify.normalize import canonical_text
 
 # Name -> (version, what it does). A step's version changes whenever its behaviour does.
 STEPS: dict[str, tuple[int, str]] = {
-    "text_validate": (1, "question and answer present, strings, non-empty, free of model special tokens"),
-    "answer_normalize": (1, "per-source answer normalisation listed in the recipe"),
+    "text_validate": (2, "question and answer present, strings, non-empty, free of model special tokens; Unicode "
+                         "NFC without zero-width and bidi marks; list-valued cells read as lists"),
+    "answer_normalize": (2, "per-source answer normalisation listed in the recipe"),
     "task_purity": (1, "per-source question patterns / source allowlist keep only genuine benchmark QA"),
-    "mc_normalise": (1, "options re-rendered as a lettered block, reference rewritten to the bare letter"),
+    "mc_normalise": (2, "options re-rendered as a lettered block, reference (text, letter or option index) "
+                        "rewritten to the bare letter"),
     "image_validate": (1, "decodable, not truncated, non-empty, aspect ratio and pixel count within limits"),
     "image_to_rgb": (1, "non-RGB image converted to RGB (alpha composited on white), stored as PNG"),
     "provenance": (1, "recorded image reference / source id resolves to the attached image"),
@@ -59,8 +64,23 @@ def find_special_token(text: str) -> str | None:
 # ------------------------------------------------------------------------------------------------ answers
 
 
+# "Answer: 3", "The answer is 3.", "Answer - 3", "Final answer: B", "The correct answer is (B)".
+# A dash separates only when a space follows it: "Answer -3" keeps its minus sign.
+_ANSWER_PREFIX = re.compile(
+    r"^\s*(?:the\s+)?(?:final\s+|correct\s+|short\s+)?answer\s*"
+    r"(?P<sep>is\b\s*(?:[:：]|[\-–—](?=\s))?|[:：]|[\-–—](?=\s))\s*",
+    re.IGNORECASE,
+)
+
+
 def _strip_answer_prefix(text: str) -> str:
-    return re.sub(r"^\s*(?:the\s+)?answer\s*(?:is\s*)?[:：]\s*", "", text, flags=re.IGNORECASE)
+    m = _ANSWER_PREFIX.match(text)
+    if m is None:
+        return text
+    rest = text[m.end() :]
+    if m.group("sep")[:2].lower() == "is" and rest.endswith(".") and not rest.endswith(".."):
+        rest = rest[:-1]  # "The answer is 3." is a sentence: its full stop is not part of the answer
+    return rest
 
 
 def _strip_trailing_period(text: str) -> str:
@@ -98,6 +118,7 @@ class SourceRules:
     normalizers: list[tuple[str, Any]]
     keep_patterns: list[re.Pattern]
     allowlist: list[str] | None
+    answer_index_base: int | None = None
 
     @classmethod
     def from_source(cls, source: SourceConfig, instruction: str, where: str) -> SourceRules:
@@ -131,7 +152,13 @@ class SourceRules:
             raise RecipeError(
                 f"{where}: family {source.family!r} must be letters, digits, '_', '-' or '.' (it names dataset configs)"
             )
-        return cls(source.question_template, instruction, normalizers, patterns, source.source_allowlist)
+        if source.answer_index_base not in (None, 0, 1):
+            raise RecipeError(
+                f"{where}: answer_index_base {source.answer_index_base!r} must be 0 (first option is 0, as in "
+                "ScienceQA), 1 (first option is 1) or null (answers are option texts or letters)"
+            )
+        return cls(source.question_template, instruction, normalizers, patterns, source.source_allowlist,
+                   source.answer_index_base)
 
     def prompt(self, question: str) -> str:
         """The exact user text the model receives: template, then the instruction on a new line."""
@@ -173,21 +200,52 @@ def _text_value(value: Any, what: str) -> tuple[str | None, str | None, list[str
     if value is None:
         return None, f"{what}_missing", []
     if isinstance(value, str):
-        return value, None, []
+        text = canonical_text(value)
+        return text, None, (["text_unicode_normalized"] if text != value else [])
     if what == "answer" and isinstance(value, (int, float)) and not isinstance(value, bool):
         # CSV/JSON pools store numeric answers as numbers; the digits are the answer.
         if isinstance(value, float) and value != value:  # NaN: pandas' missing value
             return None, "answer_missing", []
+        if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+            # A typed column holding integers becomes float as soon as one cell is missing (NaN): 3 is stored
+            # as 3.0, and the answer is "3", not "3.0".
+            value = int(value)
         return str(value), None, ["answer_number_to_string"]
     return None, f"{what}_not_string", []
 
 
+MAX_LIST_CELL_CHARS = 100_000
+
+
+def literal_list(text: str) -> list | None:
+    """The list a text cell spells as JSON (`["4", "four"]`) or as a Python literal (`['red', 'blue']`), else None.
+
+    CSV and TSV cells, and strings inside JSON, are how many published pools store lists of answers or options."""
+    text = text.strip()
+    if not (text.startswith("[") and text.endswith("]")) or len(text) > MAX_LIST_CELL_CHARS:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return None
+    return value if isinstance(value, list) else None
+
+
 def _answers(raw: Any) -> tuple[list[str] | None, str | None, list[str]]:
+    converted: list[str] = []
+    if isinstance(raw, str):
+        parsed = literal_list(raw)
+        # Only lists of quoted strings: "[0, 1]" may well be the answer itself (an interval, a vector).
+        if parsed is not None and all(isinstance(v, str) for v in parsed):
+            raw = parsed
+            converted.append("answer_list_parsed")
     values = list(raw) if isinstance(raw, (list, tuple)) else [raw]
     if not values:
         return None, "answer_missing", []
     out: list[str] = []
-    converted: list[str] = []
     for value in values:
         text, reason, conv = _text_value(value, "answer")
         if reason:
@@ -206,7 +264,7 @@ def check_qa(
 ) -> CleanQA | Rejected:
     """Run the text steps on one raw QA pair, in order: validate, normalise answers, special tokens, task purity,
     multiple-choice normalisation; build the prompt text."""
-    q, reason, _ = _text_value(question, "question")
+    q, reason, question_converted = _text_value(question, "question")
     if reason:
         return Rejected(reason)
     q = q.strip()
@@ -215,6 +273,7 @@ def check_qa(
     answers, reason, converted = _answers(answer)
     if reason:
         return Rejected(reason)
+    converted = _distinct(question_converted + converted)
     steps = {"text_validate"}
     normalised = []
     for a in answers:
@@ -229,9 +288,10 @@ def check_qa(
             normalised.append(a)
     if not normalised:
         return Rejected("answer_empty")
-    option_list, reason = _options(options)
+    option_list, reason, options_converted = _options(options)
     if reason:
         return Rejected(reason)
+    converted = _distinct(converted + options_converted)
     for text in (q, *normalised, *option_list):
         if find_special_token(text):
             return Rejected("special_token")
@@ -245,7 +305,7 @@ def check_qa(
         if not rules.allowed_source(source_label):
             return Rejected("purity_source")
         steps.add("task_purity")
-    mc = normalise_mc(q, normalised, option_list)
+    mc = normalise_mc(q, normalised, option_list, rules.answer_index_base)
     if isinstance(mc, Rejected):
         return Rejected(mc.reason)
     if mc is not None:
@@ -255,27 +315,37 @@ def check_qa(
     return CleanQA(rules.prompt(q), normalised, option_list, steps, converted)
 
 
-def _options(raw: Any) -> tuple[list[str], str | None]:
+def _distinct(values: list[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def _options(raw: Any) -> tuple[list[str], str | None, list[str]]:
+    """(option texts, drop reason, conversions)."""
     if raw is None:
-        return [], None
+        return [], None, []
+    converted = []
     if isinstance(raw, str):
-        raw = raw.strip()
+        raw = canonical_text(raw).strip()
         if not raw:
-            return [], None
-        parsed = _split_prose_options(raw)
+            return [], None, []
+        parsed = literal_list(raw)
         if parsed is None:
-            return [], "mc_unparseable_options"
-        return parsed, None
+            parsed = _split_prose_options(raw)
+            if parsed is None:
+                return [], "mc_unparseable_options", []
+            return parsed, None, []
+        raw = parsed
+        converted.append("options_list_parsed")
     if isinstance(raw, (list, tuple)):
         out = []
         for value in raw:
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-                return [], "mc_unparseable_options"
-            out.append(str(value).strip())
+                return [], "mc_unparseable_options", []
+            out.append(canonical_text(str(value)).strip())
         if out and any(not o for o in out):
-            return [], "mc_unparseable_options"
-        return _strip_letter_prefixes(out), None
-    return [], "mc_unparseable_options"
+            return [], "mc_unparseable_options", []
+        return _strip_letter_prefixes(out), None, converted
+    return [], "mc_unparseable_options", []
 
 
 # ------------------------------------------------------------------------------------------------ multiple choice
@@ -394,10 +464,12 @@ def _letter_for(answer: str, options: list[str]) -> str | None | Rejected:
 
 
 def normalise_mc(
-    question: str, answers: list[str], options: list[str]
+    question: str, answers: list[str], options: list[str], index_base: int | None = None
 ) -> tuple[str, list[str], list[str], list[str]] | None | Rejected:
     """Multiple-choice normalisation. Returns None for a question that is not multiple choice, else
-    (question with a lettered block, [bare letter], option texts, conversions) or a Rejected."""
+    (question with a lettered block, [bare letter], option texts, conversions) or a Rejected.
+
+    With `index_base` (0 or 1) an answer written as digits is the option's index (ScienceQA stores 0-based)."""
     parsed = parse_question_options(question)
     if isinstance(parsed, Rejected):
         return parsed
@@ -417,7 +489,15 @@ def normalise_mc(
     if len({answer_key(o) for o in options}) != len(options):
         return Rejected("mc_duplicate_options")
     letters = []
+    by_index = False
     for answer in answers:
+        if index_base is not None and answer.isdigit():
+            index = int(answer) - index_base
+            if not 0 <= index < len(options):
+                return Rejected("mc_answer_index_out_of_range")
+            letters.append(LETTERS[index])
+            by_index = True
+            continue
         letter = _letter_for(answer, options)
         if isinstance(letter, Rejected):
             return letter
@@ -430,7 +510,9 @@ def normalise_mc(
     new_question = render_mc(stem, options, suffix)
     if new_question != question:
         converted.append("mc_options_rendered")
-    if letters[0] != answers[0]:
+    if by_index:
+        converted.append("mc_answer_index_to_letter")
+    elif letters[0] != answers[0]:
         converted.append("mc_answer_to_letter")
     return new_question, [letters[0]], options, converted
 

@@ -1,5 +1,10 @@
 """Text normalisation and number parsing shared by the string verifiers (relaxed, exact, numeric, mc).
 
+`canonical_text` is the Unicode clean-up prepare applies to questions and answers and the verifiers apply to
+both sides of a comparison: NFC composition (the same letter typed as one code point or as letter + combining
+mark compares equal) and removal of invisible marks (zero-width spaces and joiners, bidi controls, the BOM,
+soft hyphens) that copy-pasted text carries and that would make a right answer compare wrong.
+
 `normalize_text` is the seed card's normalisation -- lowercase, trim, drop one trailing period -- plus a few
 cleanups that only remove formatting a model adds around an answer:
 markdown emphasis around it (`**5**`), `$...$` math delimiters, a whole-answer `\\text{...}` / `\\mathrm{...}`
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from typing import NamedTuple
 
 MAX_NUMBER_CHARS = 100  # a real numeric answer with its unit is far shorter; bounds the regex work on junk
@@ -33,9 +39,19 @@ _LATEX_WRAPPER_RE = re.compile(
 )
 
 
+_INVISIBLE_RE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+
+
+def canonical_text(text: str) -> str:
+    """NFC, without zero-width and bidi marks. ASCII text is returned as it is (nothing to do, and fast)."""
+    if text.isascii():
+        return text
+    return _INVISIBLE_RE.sub("", unicodedata.normalize("NFC", text))
+
+
 def normalize_text(text: str) -> str:
     """Lowercase, trim, drop one trailing period, after removing formatting around the answer."""
-    text = text.strip(_TRIM_CHARS)
+    text = canonical_text(text).strip(_TRIM_CHARS)
     if "\\" in text or text[:1] == "$":
         text = strip_latex(text)
     text = text.lower()

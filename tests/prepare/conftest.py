@@ -1,6 +1,8 @@
 """Helpers for the prepare tests: small images drawn with PIL (including every kind of bad image), recipes."""
 
+import csv
 import io
+import json
 import struct
 import zlib
 from types import SimpleNamespace
@@ -66,6 +68,57 @@ def make_recipe(output_dir, sources: list[dict], **kw) -> RecipeConfig:
     )
 
 
+POOL_FORMATS = ("csv", "tsv", "jsonl", "json", "parquet", "imagefolder")
+
+
+def write_pool(folder, fmt: str, rows: list[dict], **source) -> dict:
+    """Write `rows` (column -> value; `image` holds image bytes) as a pool in format `fmt`, the way public pools
+    are published: image files next to a CSV / TSV / JSON Lines / JSON array table (`imagefolder`: a
+    metadata.jsonl naming them by `file_name`), or bytes embedded in parquet. Returns the source mapping that
+    reads it (family "F" unless `source` says otherwise)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    table = []
+    for i, row in enumerate(rows):
+        row = dict(row)
+        image = row.pop("image")
+        if fmt == "parquet":
+            row["image"] = image
+        else:
+            name = f"img{i}.png"
+            (folder / name).write_bytes(image)
+            row["file_name" if fmt == "imagefolder" else "image"] = name
+        table.append(row)
+    names = list(dict.fromkeys(k for row in table for k in row))
+    if fmt in ("csv", "tsv"):
+        path = folder / f"pool.{fmt}"
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, names, delimiter="\t" if fmt == "tsv" else ",")
+            writer.writeheader()
+            writer.writerows(table)
+    elif fmt in ("jsonl", "imagefolder"):
+        path = folder / ("metadata.jsonl" if fmt == "imagefolder" else "pool.jsonl")
+        path.write_text("".join(json.dumps(r) + "\n" for r in table), encoding="utf-8")
+    elif fmt == "json":
+        path = folder / "pool.json"
+        path.write_text(json.dumps(table, indent=1), encoding="utf-8")
+    elif fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = folder / "pool.parquet"
+        pq.write_table(pa.Table.from_pylist(table), path)
+    else:
+        raise ValueError(fmt)
+    where = {"data_dir": str(folder)} if fmt == "imagefolder" else {"data_files": [str(path)]}
+    return {**where, "family": "F", **source}
+
+
+@pytest.fixture(params=POOL_FORMATS)
+def pool_format(request) -> str:
+    """Each way a local pool is stored; a test taking it runs once per format."""
+    return request.param
+
+
 @pytest.fixture
 def tools():
     return SimpleNamespace(
@@ -75,4 +128,5 @@ def tools():
         bad_images=bad_images,
         mode_images=mode_images,
         make_recipe=make_recipe,
+        write_pool=write_pool,
     )

@@ -274,7 +274,127 @@ def test_ids_depend_on_content_only():
 
 def test_steps_are_versioned_and_ordered():
     assert ordered_steps({"dedup_merge", "text_validate", "mc_normalise"}) == [
-        "text_validate@1",
-        "mc_normalise@1",
+        "text_validate@2",
+        "mc_normalise@2",
         "dedup_merge@1",
     ]
+
+
+# ------------------------------------------------------------------------------------------------ text and lists
+
+
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("The answer is 3.", "3"),
+        ("the answer is: 3", "3"),
+        ("Answer - 3", "3"),
+        ("Answer — 3", "3"),
+        ("Answer: 3.5", "3.5"),
+        ("Final answer: B", "B"),
+        ("The correct answer is (B).", "(B)"),
+        ("Answer -3", "Answer -3"),  # a minus sign, not a separator
+        ("The answer is -3.", "-3"),
+        ("Answering machine", "Answering machine"),
+    ],
+)
+def test_strip_answer_prefix_reads_the_common_phrasings(raw, expected):
+    out = check_qa(rules(answer_normalization=["strip_answer_prefix"]), "How many?", raw, None, None)
+    assert isinstance(out, CleanQA) and out.answers == [expected]
+
+
+def test_unicode_is_nfc_without_invisible_marks():
+    out = check_qa(rules(), "Cafe\u0301 name?\u200b", "caf\u00e9\u200b", ["\u200bcafe\u0301", "tea"], None)
+    assert isinstance(out, CleanQA)
+    assert out.question.startswith("Caf\u00e9 name?\nA. caf\u00e9\nB. tea")
+    assert out.answers == ["A"] and out.options == ["caf\u00e9", "tea"]
+    assert "text_unicode_normalized" in out.converted
+
+
+@pytest.mark.parametrize("value,expected", [(3.0, "3"), (-2.0, "-2"), (2.5, "2.5"), (7, "7"), (1e20, "1e+20")])
+def test_numbers_from_typed_columns_have_no_spurious_decimal(value, expected):
+    out = check_qa(rules(), "How many?", value, None, None)
+    assert out.answers == [expected] and out.converted == ["answer_number_to_string"]
+
+
+@pytest.mark.parametrize(
+    "cell,answers",
+    [
+        ('["4", "four"]', ["4", "four"]),  # JSON
+        ("['4', 'four']", ["4", "four"]),  # Python literal (pandas' str() of a list)
+        ("[0, 1]", ["[0, 1]"]),  # not a list of quoted strings: an interval is an answer, not two
+        ("[not a list", ["[not a list"]),
+    ],
+)
+def test_list_valued_answer_cells_are_parsed(cell, answers):
+    out = check_qa(rules(), "How many?", cell, None, None)
+    assert out.answers == answers
+    assert ("answer_list_parsed" in out.converted) is (len(answers) > 1)
+
+
+def test_empty_list_cell_is_a_missing_answer():
+    assert check_qa(rules(), "How many?", "[]", None, None) == Rejected("answer_missing")
+
+
+@pytest.mark.parametrize("cell", ["['red', 'blue']", '["red", "blue"]'])
+def test_list_valued_option_cells_are_parsed(cell):
+    out = check_qa(rules(), "Which color?", "blue", cell, None)
+    assert out.options == ["red", "blue"] and out.answers == ["B"]
+    assert out.question.startswith("Which color?\nA. red\nB. blue\n")
+    assert "options_list_parsed" in out.converted
+
+
+@pytest.mark.parametrize("base,answer,letter", [(0, 0, "A"), (0, "2", "C"), (1, 1, "A"), (1, "3", "C")])
+def test_integer_option_indices_become_letters(base, answer, letter):
+    out = check_qa(rules(answer_index_base=base), "Which?", answer, ["x", "y", "z"], None)
+    assert out.answers == [letter] and "mc_answer_index_to_letter" in out.converted
+
+
+def test_integer_option_index_out_of_range_is_dropped():
+    r = rules(answer_index_base=0)
+    assert check_qa(r, "Which?", 3, ["x", "y", "z"], None) == Rejected("mc_answer_index_out_of_range")
+    # Without the key a digit answer is an option text, as before: not among ["x", "y", "z"].
+    assert check_qa(rules(), "Which?", 0, ["x", "y", "z"], None) == Rejected("mc_answer_not_in_options")
+
+
+def test_answer_index_base_must_be_zero_or_one():
+    with pytest.raises(RecipeError, match="answer_index_base 2"):
+        rules(answer_index_base=2)
+
+
+def test_pool_text_and_list_encodings_end_to_end(tmp_path, tools, pool_format):
+    """The shapes of published pools, in every storage format: list cells, Python-literal option lists,
+    0-based option indices, answer prefixes, NFD text and zero-width marks; bad rows under their reasons."""
+    from rsgen.prepare import run_prepare
+    from rsgen.schema import load_prepared
+
+    same = tools.rgb_png(1)
+    rows = [
+        {"image": same, "question": "Cafe\u0301 name?", "answer": "The answer is 3.", "options": ""},
+        {"image": same, "question": "Caf\u00e9 name?", "answer": "3\u200b", "options": ""},  # same question: merged
+        {"image": tools.rgb_png(2), "question": "How many?", "answer": '["4", "four"]', "options": ""},
+        {"image": tools.rgb_png(3), "question": "Which color?", "answer": "1", "options": "['red', 'blue']"},
+        {"image": tools.rgb_png(4), "question": "Which size?", "answer": "Answer - 0", "options": '["big", "small"]'},
+        {"image": tools.rgb_png(5), "question": "Empty list?", "answer": "[]", "options": ""},
+        {"image": tools.rgb_png(6), "question": "Which shape?", "answer": "5", "options": "['cube', 'ball']"},
+    ]
+    source = tools.write_pool(tmp_path / "pool", pool_format, rows, options_column="options",
+                              answer_index_base=0, answer_normalization=["strip_answer_prefix"])
+    recipe = tools.make_recipe(tmp_path / "out", [source], instruction="")
+    report = run_prepare(recipe)
+    assert report["dropped"] == {"answer_missing": 1, "mc_answer_index_out_of_range": 1}
+    assert report["merged"] == {"duplicate_question": 1}
+    assert report["converted"] == {
+        "answer_list_parsed": 1,
+        "answer_normalized:strip_answer_prefix": 2,
+        "mc_answer_index_to_letter": 2,
+        "mc_options_rendered": 2,
+        "options_list_parsed": 2,  # the third sits on a dropped row
+        "text_unicode_normalized": 2,
+    }
+    qa = {q["question"]: q for row in load_prepared(recipe.output_dir) for q in row["qa"]}
+    assert qa["Caf\u00e9 name?"]["answers"] == ["3"]
+    assert qa["How many?"]["answers"] == ["4", "four"]
+    assert qa["Which color?\nA. red\nB. blue"]["answers"] == ["B"]
+    assert qa["Which size?\nA. big\nB. small"]["answers"] == ["A"]
+    assert len(qa) == 4

@@ -154,7 +154,7 @@ def test_cauldron_format(tmp_path, tools, via_hub_loader):
     ]
     assert [qa["answers"] for qa in row["qa"]] == [["3"], ["6"]]
     assert [qa["source_row_id"] for qa in row["qa"]] == ["train:0#0", "train:0#1"]
-    assert "task_purity@1" in row["clean_meta"]["steps"] and "answer_normalize@1" in row["clean_meta"]["steps"]
+    assert "task_purity@1" in row["clean_meta"]["steps"] and "answer_normalize@2" in row["clean_meta"]["steps"]
 
 
 def llava_rows(tools, folder):

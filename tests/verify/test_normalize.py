@@ -122,3 +122,39 @@ def test_text_info_memo_returns_the_same_as_the_functions():
         normalized = normalize_text(text)
         assert text_info(text) == (normalized, parse_number(normalized), plain)
         assert text_info(text) == (normalized, parse_number(normalized), plain)  # from the memo
+
+
+CAFE_NFC, CAFE_NFD = "caf\u00e9", "cafe\u0301"
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        (CAFE_NFD, CAFE_NFC),  # letter + combining accent -> one code point
+        ("3\u200b", "3"),  # zero-width space
+        ("\u200e42\u200f", "42"),  # left-to-right / right-to-left marks
+        ("\ufeffYes", "Yes"),  # byte order mark at the start of a pasted cell
+        ("a\u2066b\u2069", "ab"),  # bidi isolates
+        ("plain ascii", "plain ascii"),
+    ],
+)
+def test_canonical_text(text, expected):
+    from rsgen.verify.normalize import canonical_text
+
+    assert canonical_text(text) == expected
+
+
+@pytest.mark.parametrize("name", ["relaxed", "exact", "numeric", "mc"])
+def test_every_string_verifier_compares_canonical_text(name):
+    from rsgen.verify import compare
+
+    if name == "mc":
+        options = [CAFE_NFC, "tea"]
+        assert compare(name, CAFE_NFD, ["A"], options=options).match
+        assert compare(name, "A\u200b", ["A"], options=options).match
+        return
+    reference = "3" if name == "numeric" else CAFE_NFC
+    prediction = "3\u200b" if name == "numeric" else CAFE_NFD
+    assert compare(name, prediction, [reference]).match
+    assert compare(name, reference + "\u200b", [reference]).match
+    assert not compare(name, "4" if name == "numeric" else "tea", [reference]).match
