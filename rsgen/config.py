@@ -18,6 +18,8 @@ import yaml
 
 DEMO_MODEL = "rsgen-demo"
 """Sentinel for the small VLM shipped inside the package (`rsgen.engine.demo_model_path()` resolves it)."""
+DEMO_DATASET = "rsgen-demo"
+"""`dataset_name` of a source that draws the procedural demo pool (rsgen.demo.pool) instead of reading data."""
 
 
 class RecipeError(ValueError):
@@ -123,9 +125,11 @@ class RecipeConfig:
     judge_calibration_seed: int = field(default=0, metadata={"stage": "judge", "help": "seed drawing the calibration items"})
 
     shard_size_mb: int = field(default=500, metadata={"stage": "emit", "help": "parquet shard size of prepared/ and dataset/"})
+    views: list[str] | None = field(default=None, metadata={"stage": "emit", "help": "TRL views written next to the three splits, e.g. [sft] (null = all: sft, dpo); each view stores its images again"})
     sft_keep_reasoning: bool = field(default=True, metadata={"stage": "emit", "help": "`_sft` completion is the full response (true) or the answer alone (false)"})
     num_card_examples: int = field(default=3, metadata={"stage": "emit", "help": "examples shown per family in the card"})
-    license: str = field(default="other", metadata={"stage": "emit", "help": "the card's license"})
+    license: str = field(default="other", metadata={"stage": "emit", "help": "the card's license (a Hub license id)"})
+    license_name: str | None = field(default=None, metadata={"stage": "emit", "help": "with license: other, its name on the card (null = derived-from-sources: the sources' and the model's terms)"})
     task_categories: list[str] = field(default_factory=lambda: ["visual-question-answering"], metadata={"stage": "emit", "help": "the card's task categories"})
     language: list[str] = field(default_factory=lambda: ["en"], metadata={"stage": "emit", "help": "the card's languages"})
     push_to_hub: bool = field(default=False, metadata={"stage": "emit", "help": "upload dataset/ at the end"})

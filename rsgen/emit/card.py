@@ -16,10 +16,10 @@ from string import Template
 from typing import Any
 
 import pyarrow.parquet as pq
-import yaml
+from huggingface_hub import DatasetCard, DatasetCardData
 
 from rsgen.emit.plots import PLOT_NAME, draw_stats_plot
-from rsgen.emit.stats import SPLIT_KINDS, config_features, config_glob
+from rsgen.emit.stats import config_features, config_glob
 
 TEMPLATE_PATH = Path(__file__).with_name("card_template.md")
 LONG_FIELD_CHARS = 300  # table cells longer than this go into a <details> block instead
@@ -120,48 +120,93 @@ def _verifier_names(stats: dict[str, Any]) -> dict[str, list[str]]:
 
 def configs_of(stats: dict[str, Any]) -> list[str]:
     """Every config with rows (an empty one is not written: `datasets` cannot load a split without rows)."""
-    return [fam["splits"][kind]["config"] for fam in stats["families"].values() for kind in SPLIT_KINDS
-            if fam["splits"][kind]["rows"]]
+    return [split["config"] for fam in stats["families"].values() for split in fam["splits"].values()
+            if split["rows"]]
 
 
 # ------------------------------------------------------------------------------------------------ sections
 
 
-def yaml_header(stats: dict[str, Any]) -> str:
+# The Hub's size buckets (`size_categories`), by number of QA pairs.
+SIZE_CATEGORIES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+                   (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B")]
+DERIVED_LICENSE_NAME = "derived-from-sources"
+
+
+def size_category(count: int) -> str:
+    return next((name for top, name in SIZE_CATEGORIES if count < top), "n>1B")
+
+
+def default_config(stats: dict[str, Any]) -> str | None:
+    """The config `load_dataset(dir, split="train")` reads: the first family's `_sft` view (what a TRL user
+    trains on), else the first config written."""
+    configs = configs_of(stats)
+    first = next(iter(stats["families"].values()), None)
+    sft = first and first["splits"].get("sft", {})
+    if sft and sft.get("rows"):
+        return sft["config"]
+    return configs[0] if configs else None
+
+
+def source_datasets(stats: dict[str, Any]) -> list[str]:
+    """Hub ids of the sources; `original` for a procedurally drawn pool. Local files are not listed."""
+    out = []
+    for src in stats["sources"]:
+        name = {"hub": src["dataset"], "demo": "original"}.get(src.get("kind", "hub"))
+        if name and name not in out:
+            out.append(name)
+    return out
+
+
+def card_data(stats: dict[str, Any]) -> DatasetCardData:
+    """The card's YAML header, through huggingface_hub (the fields the Hub and `datasets` read)."""
     card = stats["card"]
-    data = {
-        "license": card["license"],
-        "task_categories": card["task_categories"],
-        "language": card["language"],
-        "tags": ["rsgen", "rejection-sampling", "vision-language", "synthetic"],
-        "configs": [
-            {"config_name": config, "data_files": [{"split": "train", "path": config_glob(config)}]}
-            for config in configs_of(stats)
-        ],
-        "dataset_info": dataset_infos(stats),
-    }
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000).strip()
+    license_name = card.get("license_name") or (DERIVED_LICENSE_NAME if card["license"] == "other" else None)
+    default = default_config(stats)
+    configs = []
+    for config in configs_of(stats):
+        entry: dict[str, Any] = {"config_name": config}
+        if config == default:
+            entry["default"] = True
+        entry["data_files"] = [{"split": "train", "path": config_glob(config)}]
+        configs.append(entry)
+    extra = {"license_name": license_name} if card["license"] == "other" else {}
+    return DatasetCardData(
+        pretty_name=title(stats),
+        license=card["license"],
+        **extra,
+        task_categories=card["task_categories"],
+        language=card["language"],
+        size_categories=[size_category(stats["totals"]["prepared_qa"])],
+        source_datasets=source_datasets(stats) or None,
+        tags=["rsgen", "rejection-sampling", "vision-language", "synthetic"],
+        configs=configs,
+        dataset_info=dataset_infos(stats),
+    )
 
 
 def dataset_infos(stats: dict[str, Any]) -> list[dict[str, Any]]:
-    """`dataset_info` entries as `push_to_hub` writes them: features and sizes per config, so the Hub viewer
-    and `datasets` know the schema without reading a shard. (The sizes also make the cache key of a local
-    `load_dataset(dir, config)` change when the content does: `datasets` 5.2 keys it on the card's YAML only.)"""
+    """`dataset_info` entries as `push_to_hub` writes them (through `DatasetInfosDict.to_dataset_card_data`):
+    features and sizes per config, so the Hub viewer and `datasets` know the schema without reading a shard.
+    (The sizes also make the cache key of a local `load_dataset(dir, config)` change when the content does:
+    `datasets` keys it on the card's YAML only.)"""
     from datasets import DatasetInfo, SplitDict, SplitInfo
+    from datasets.info import DatasetInfosDict
 
-    infos = []
+    infos = DatasetInfosDict()
     for fam in stats["families"].values():
-        for kind in SPLIT_KINDS:
-            split = fam["splits"][kind]
+        for kind, split in fam["splits"].items():
             if not split["rows"]:
                 continue
             splits = SplitDict()
             splits.add(SplitInfo(name="train", num_bytes=split["num_bytes"], num_examples=split["rows"]))
-            info = DatasetInfo(features=config_features(kind), splits=splits, download_size=split["download_size"],
-                               dataset_size=split["num_bytes"], config_name=split["config"])
-            entry = info._to_yaml_dict()
-            infos.append({"config_name": entry.pop("config_name"), **entry})
-    return infos
+            infos[split["config"]] = DatasetInfo(
+                features=config_features(kind), splits=splits, download_size=split["download_size"],
+                dataset_size=split["num_bytes"], config_name=split["config"])
+    holder = DatasetCardData()
+    infos.to_dataset_card_data(holder)
+    entries = holder.to_dict().get("dataset_info", [])
+    return entries if isinstance(entries, list) else [entries]
 
 
 def title(stats: dict[str, Any]) -> str:
@@ -202,14 +247,38 @@ def overview_table(stats: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _size(nbytes: int) -> str:
+    """Decimal units, as the Hub shows sizes."""
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:,.1f} {unit}"
+    return f"{nbytes} B"
+
+
+def disk_bytes(stats: dict[str, Any]) -> dict[str, int]:
+    """Bytes of parquet on disk per config kind, over all families."""
+    out: dict[str, int] = {}
+    for fam in stats["families"].values():
+        for kind, split in fam["splits"].items():
+            out[kind] = out.get(kind, 0) + split["download_size"]
+    return out
+
+
+def size_on_disk(stats: dict[str, Any]) -> str:
+    per_kind = disk_bytes(stats)
+    parts = ", ".join(f"`{kind}` {_size(n)}" for kind, n in per_kind.items())
+    return (f"On disk the data takes **{_size(sum(per_kind.values()))}** of parquet ({parts}). Every config stores "
+            "its images again; the recipe key `views` chooses which TRL views are written.")
+
+
 def family_table(family: str, fam: dict[str, Any]) -> str:
     splits = fam["splits"]
-    head = "| | " + " | ".join(f"`{splits[k]['config']}`" for k in SPLIT_KINDS) + " |"
-    sep = "|---" * (len(SPLIT_KINDS) + 1) + "|"
+    head = "| | " + " | ".join(f"`{split['config']}`" for split in splits.values()) + " |"
+    sep = "|---" * (len(splits) + 1) + "|"
     lines = [f"### {family}", "", head, sep]
-    lines.append("| rows | " + " | ".join(_n(splits[k]["rows"]) for k in SPLIT_KINDS) + " |")
-    lines.append("| QA pairs | " + " | ".join(_n(splits[k]["qa_pairs"]) for k in SPLIT_KINDS) + " |")
-    lines.append("| shards | " + " | ".join(_n(splits[k]["shards"]) for k in SPLIT_KINDS) + " |")
+    for label, key, fmt in (("rows", "rows", _n), ("QA pairs", "qa_pairs", _n), ("shards", "shards", _n),
+                            ("size on disk", "download_size", _size)):
+        lines.append(f"| {label} | " + " | ".join(fmt(split[key]) for split in splits.values()) + " |")
     lines += [
         "",
         "| | |",
@@ -221,17 +290,27 @@ def family_table(family: str, fam: dict[str, Any]) -> str:
     reasons = fam["rejected_reasons"]
     if reasons:
         lines.append("| rejected by reason | " + ", ".join(f"`{r}` {_n(c)}" for r, c in reasons.items()) + " |")
-    skipped = splits["dpo"].get("skipped") or {}
+    skipped = (splits.get("dpo") or {}).get("skipped") or {}
     if any(skipped.values()):
         lines.append("| rejected pairs without a DPO pair | "
                      + ", ".join(f"{why} {_n(c)}" for why, c in skipped.items() if c) + " |")
-    empty = [f"`{splits[k]['config']}`" for k in SPLIT_KINDS if not splits[k]["rows"]]
+    empty = [f"`{split['config']}`" for split in splits.values() if not split["rows"]]
     if empty:
         lines += ["", f"{', '.join(empty)}: no rows, so not written (and not listed in the configs)."]
     lines.append("")
-    lines.append("In `sft` a row is one conversation per image and *QA pairs* counts its assistant turns; in `dpo` "
-                 "a row is one preference pair.")
+    lines.append("In the three splits a row is one image with its QA pairs; in a TRL view a row is one QA pair.")
     return "\n".join(lines)
+
+
+def license_section(stats: dict[str, Any]) -> str:
+    card = stats["card"]
+    if card["license"] != "other":
+        return f"`{card['license']}`, as set in the recipe (`license`)."
+    name = card.get("license_name") or DERIVED_LICENSE_NAME
+    sources = ", ".join(f"`{s['dataset']}`" for s in stats["sources"]) or "its sources"
+    return (f"`other` (`{name}`): the rows inherit the licenses of the source data ({sources}) and the terms of "
+            f"use of the model that wrote the responses (`{stats['model']}`). Set `license` (a Hub license id) or "
+            "`license_name` in the recipe when they are known.")
 
 
 def production(stats: dict[str, Any]) -> str:
@@ -346,11 +425,11 @@ def schema_section(stats: dict[str, Any]) -> str:
         "",
         "The TRL views:",
         "",
-        "- `{Family}_sft` — `messages`: one conversation per image, one user/assistant turn per accepted QA pair; "
-        "the first user turn is `[{\"type\": \"image\"}, {\"type\": \"text\", \"text\": question}]`, later ones "
-        "text only; the assistant text is "
-        + ("the model's full response, reasoning included" if keep else "the official answer")
-        + "; `images`: a list holding the row's image.",
+        "- `{Family}_sft` — one accepted QA pair per row, in TRL's conversational prompt-completion form: "
+        "`prompt`: the user turn `[{\"type\": \"image\"}, {\"type\": \"text\", \"text\": question}]`; "
+        "`completion`: the assistant turn, whose text is "
+        + ("the model's full response, reasoning included, byte for byte" if keep else "the official answer")
+        + "; `images`: a list holding the image. TRL trains on the completion only.",
         "- `{Family}_dpo` — `prompt`: the user turn (image + question); `chosen`: the official answer; "
         "`rejected`: the model's extracted answer (`wrong_vlm`); `images`: a list holding the image. One row per "
         "rejected QA pair with an extractable answer that differs from the official one.",
@@ -361,7 +440,8 @@ def training_section(stats: dict[str, Any]) -> str:
     repo = stats["card"].get("hub_dataset_id") or "path/to/dataset"
     # A family that has both views, so the snippet runs as written.
     families = stats["families"]
-    both = [f for f, fam in families.items() if fam["splits"]["sft"]["rows"] and fam["splits"]["dpo"]["rows"]]
+    both = [f for f, fam in families.items()
+            if all((fam["splits"].get(view) or {}).get("rows") for view in ("sft", "dpo"))]
     family = both[0] if both else next(iter(families), "Family")
     return f"""The `_sft` and `_dpo` configs are in the formats TRL's trainers take as they are:
 
@@ -519,8 +599,7 @@ def render_card_text(stats: dict[str, Any], dataset_dir: Path) -> str:
     assets.mkdir(parents=True, exist_ok=True)
     draw_stats_plot(stats, assets / PLOT_NAME)
     template = Template(TEMPLATE_PATH.read_text(encoding="utf-8"))
-    return template.substitute(
-        yaml_header=yaml_header(stats),
+    body = template.substitute(
         title=title(stats),
         demo_banner=demo_banner(stats),
         pool_description=pool_description(stats),
@@ -535,7 +614,10 @@ def render_card_text(stats: dict[str, Any], dataset_dir: Path) -> str:
         training=training_section(stats),
         examples=examples_section(stats, dataset_dir),
         cleaning=cleaning_section(stats),
+        size_on_disk=size_on_disk(stats),
+        license=license_section(stats),
     )
+    return str(DatasetCard(f"---\n{card_data(stats).to_yaml()}\n---\n\n{body}"))
 
 
 def write_card(stats: dict[str, Any], dataset_dir: Path) -> Path:

@@ -1,8 +1,8 @@
 """The emit stage: prepared pool + generate/judge work -> OUTPUT_DIR/dataset/, stats.json, the card, a push.
 
 Two passes over the prepared pool. The first routes every QA pair and counts what each config will hold (rows,
-QA pairs, bytes). The second writes each family's five configs, one family at a time (five open writers,
-whatever the number of families).
+QA pairs, bytes). The second writes each family's configs (the three splits and the recipe's `views`), one
+family at a time (one open writer per config kind, whatever the number of families).
 Images pass through as stored (their bytes and sha256 are checked, never re-encoded). The dataset is built in
 `dataset.partial/` and swapped in at the end, so `dataset/` is always a complete emit.
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
+import yaml
 
 from rsgen.config import RecipeConfig
 from rsgen.emit.card import write_card
@@ -35,15 +36,15 @@ from rsgen.emit.stats import (
     MB,
     RS_KINDS,
     SPLIT,
-    SPLIT_KINDS,
     SplitPlan,
     build_stats,
     config_features,
     config_name,
     family_stats,
     write_stats,
+    written_kinds,
 )
-from rsgen.emit.trl_views import dpo_rows, sft_row
+from rsgen.emit.trl_views import VIEWS
 from rsgen.layout import OutputLayout
 from rsgen.schema import load_prepared
 from rsgen.shards import ParquetShardWriter, swap_dir_into_place, written_sizes
@@ -65,18 +66,20 @@ def config_prefix(family: str) -> str:
 
 
 def rows_for_image(image: dict[str, Any], sha: str, qas: list[dict[str, Any]], outcomes: list[PairOutcome],
-                   meta: dict[str, Any], keep_reasoning: bool) -> tuple[dict[str, list[dict]], dict[str, int]]:
-    """Every row one prepared image contributes, per config kind; plus the DPO pairs left out, by why."""
-    out: dict[str, list[dict]] = {kind: [] for kind in SPLIT_KINDS}
+                   meta: dict[str, Any], recipe: RecipeConfig, kinds: tuple[str, ...],
+                   ) -> tuple[dict[str, list[dict]], dict[str, dict[str, int]]]:
+    """Every row one prepared image contributes to each config kind in `kinds`; plus, per view, the pairs it
+    left out, by why."""
+    out: dict[str, list[dict]] = {kind: [] for kind in kinds}
     for kind, split in RS_KINDS.items():
         qa = split_qa(split, qas, outcomes)
         if qa:  # an image with no QA pair in a split is not written to it
             out[kind].append({"image": image, "image_sha256": sha, "qa": qa, "clean_meta": meta})
-    if out["RS_think"]:
-        out["sft"].append(sft_row(image, out["RS_think"][0]["qa"], keep_reasoning))
-    skipped = {}
-    if out["rejected"]:
-        out["dpo"], skipped = dpo_rows(image, out["rejected"][0]["qa"])
+    skipped: dict[str, dict[str, int]] = {}
+    for kind in kinds:
+        view = VIEWS.get(kind)
+        if view is not None and out[view.reads]:
+            out[kind], skipped[kind] = view.rows(image, out[view.reads][0]["qa"], recipe)
     return out, skipped
 
 
@@ -106,6 +109,7 @@ def plan_families(prepared, work: WorkRecords, recipe: RecipeConfig) -> tuple[di
     """Pass 1: route every QA pair and size every config."""
     families: dict[str, FamilyPlan] = {}
     seen_ids: set[str] = set()
+    kinds = written_kinds(recipe.views)
     for position, _images, _i, nbytes, row in _prepared_batches(prepared):
         family = row["family"]
         if nbytes is None:
@@ -114,7 +118,7 @@ def plan_families(prepared, work: WorkRecords, recipe: RecipeConfig) -> tuple[di
         plan = families.get(family)
         if plan is None:
             plan = families[family] = FamilyPlan(family, config_prefix(family))
-            plan.plans = {kind: SplitPlan(config_name(plan.prefix, kind)) for kind in SPLIT_KINDS}
+            plan.plans = {kind: SplitPlan(config_name(plan.prefix, kind)) for kind in kinds}
         qas = row["qa"]
         outcomes = [route_pair(qa, work) for qa in qas]
         seen_ids.update(qa["id"] for qa in qas)
@@ -123,14 +127,14 @@ def plan_families(prepared, work: WorkRecords, recipe: RecipeConfig) -> tuple[di
         plan.outcomes.append(outcomes)
         meta = emitted_clean_meta(row["clean_meta"], recipe.model_name_or_path, recipe.verifier_for(family))
         placeholder = {"bytes": b"", "path": None}
-        rows, skipped = rows_for_image(placeholder, row["image_sha256"], qas, outcomes, meta, recipe.sft_keep_reasoning)
+        rows, skipped = rows_for_image(placeholder, row["image_sha256"], qas, outcomes, meta, recipe, kinds)
         for kind, kind_rows in rows.items():
             split = plan.plans[kind]
-            for r in kind_rows:
-                split.rows += 1
-                split.qa_pairs += len(r["qa"]) if "qa" in r else (len(r["messages"]) // 2 if kind == "sft" else 1)
-        for why, n in skipped.items():
-            plan.plans["dpo"].skipped[why] = plan.plans["dpo"].skipped.get(why, 0) + n
+            split.rows += len(kind_rows)
+            split.qa_pairs += sum(len(r["qa"]) for r in kind_rows) if kind in RS_KINDS else len(kind_rows)
+        for kind, counts in skipped.items():
+            for why, n in counts.items():
+                plan.plans[kind].skipped[why] = plan.plans[kind].skipped.get(why, 0) + n
     prefixes: dict[str, str] = {}
     for plan in families.values():
         if plan.prefix in prefixes:
@@ -141,7 +145,7 @@ def plan_families(prepared, work: WorkRecords, recipe: RecipeConfig) -> tuple[di
 
 
 def write_family(prepared, plan: FamilyPlan, recipe: RecipeConfig, dataset_dir: Path) -> None:
-    """Pass 2: write the five configs of one family."""
+    """Pass 2: write the configs of one family."""
     # An empty config is not written: `datasets` cannot load a split without rows.
     writers = {
         kind: ParquetShardWriter(dataset_dir / "data" / split.config, config_features(kind), SPLIT,
@@ -159,7 +163,7 @@ def write_family(prepared, plan: FamilyPlan, recipe: RecipeConfig, dataset_dir: 
                             f"its image_sha256 {sha}; the prepared pool is damaged, re-run `rsgen prepare`")
         image = {"bytes": data, "path": None}
         meta = emitted_clean_meta(row["clean_meta"], recipe.model_name_or_path, verifier)
-        rows, _ = rows_for_image(image, sha, row["qa"], plan.outcomes[n], meta, recipe.sft_keep_reasoning)
+        rows, _ = rows_for_image(image, sha, row["qa"], plan.outcomes[n], meta, recipe, tuple(plan.plans))
         for kind, kind_rows in rows.items():
             for r in kind_rows:
                 writers[kind].add(r)
@@ -208,6 +212,7 @@ def run_emit(recipe: RecipeConfig) -> Path:
     stats = build_stats(recipe, stats_families, _read_json(layout.run_json), report, outside)
 
     write_card(stats, partial)
+    write_run_files(recipe, stats, partial)
     swap_dir_into_place(partial, layout.dataset)
     write_stats(layout.stats_json, stats)
     written = sum(1 for plan in families.values() for split in plan.plans.values() if split.rows)
@@ -221,6 +226,16 @@ def run_emit(recipe: RecipeConfig) -> Path:
     return layout.dataset
 
 
+def write_run_files(recipe: RecipeConfig, stats: dict[str, Any], dataset_dir: Path) -> None:
+    """What the card cites, next to it (and so uploaded with it): the resolved recipe, run.json, stats.json."""
+    (dataset_dir / "recipe.yaml").write_text(
+        yaml.safe_dump(recipe.to_dict(), sort_keys=False, allow_unicode=True, width=1000), encoding="utf-8")
+    run_json = OutputLayout(recipe.output_dir).run_json
+    if run_json.is_file():
+        shutil.copyfile(run_json, dataset_dir / "run.json")
+    write_stats(dataset_dir / "stats.json", stats)
+
+
 def render_card(output_dir) -> Path:
     """Re-render OUTPUT_DIR/dataset/README.md (and its assets) from stats.json and the written shards."""
     layout = OutputLayout(output_dir)
@@ -229,4 +244,5 @@ def render_card(output_dir) -> Path:
         raise EmitError(f"{str(layout.stats_json)!r} does not exist; run `rsgen emit` first")
     if not layout.dataset.is_dir():
         raise EmitError(f"{str(layout.dataset)!r} does not exist; run `rsgen emit` first")
+    write_stats(layout.dataset / "stats.json", stats)  # the copy beside the card follows the one it was built from
     return write_card(stats, layout.dataset)

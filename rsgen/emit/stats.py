@@ -13,12 +13,13 @@ from typing import Any
 
 from datasets import Features
 
-from rsgen.config import RecipeConfig
+from rsgen.config import DEMO_DATASET, RecipeConfig, RecipeError, SourceConfig
 from rsgen.emit.splits import FamilyRouting
-from rsgen.emit.trl_views import DPO_FEATURES, SFT_FEATURES
+from rsgen.emit.trl_views import VIEWS
 from rsgen.schema import split_features
 
-SPLIT_KINDS = ("RS_think", "RS_nothink", "rejected", "sft", "dpo")
+RS_KINDS = {"RS_think": "think", "RS_nothink": "nothink", "rejected": "rejected"}  # config kind -> schema split
+SPLIT_KINDS = (*RS_KINDS, *VIEWS)  # every config kind a family can have, in card order
 SPLIT = "train"  # every config has one split; shards are data/{config}/train-0000i-of-0000N.parquet
 MB = 2**20  # bytes in the recipe's `shard_size_mb`
 HISTOGRAM_BINS = 20
@@ -31,24 +32,29 @@ class SplitPlan:
 
     config: str
     rows: int = 0
-    qa_pairs: int = 0  # QA pairs (RS splits), assistant turns (sft), preference pairs (dpo)
+    qa_pairs: int = 0  # QA pairs (RS splits: a row per image); views have one QA pair per row
     shards: int = 0
     num_bytes: int = 0  # written: uncompressed bytes of the rows (parquet metadata), as `datasets` reports
     download_size: int = 0  # written: bytes of the parquet files
     skipped: dict[str, int] = field(default_factory=dict)  # dpo: rejected pairs without a usable pair, by why
 
 
-RS_KINDS = {"RS_think": "think", "RS_nothink": "nothink", "rejected": "rejected"}
+def written_kinds(views: list[str] | None) -> tuple[str, ...]:
+    """The config kinds an emit writes: the three RS splits always, then the recipe's `views` (null = all)."""
+    chosen = list(VIEWS) if views is None else views
+    unknown = [v for v in chosen if v not in VIEWS]
+    if unknown:
+        raise RecipeError(f"views: unknown view(s) {', '.join(map(repr, unknown))}; choose from {', '.join(VIEWS)} "
+                          "(or null for all)")
+    return (*RS_KINDS, *(v for v in VIEWS if v in chosen))
 
 
 def config_features(kind: str) -> Features:
     """Features of a config kind (RS_think | RS_nothink | rejected | sft | dpo)."""
     if kind in RS_KINDS:
         return split_features(RS_KINDS[kind])
-    if kind == "sft":
-        return SFT_FEATURES
-    if kind == "dpo":
-        return DPO_FEATURES
+    if kind in VIEWS:
+        return VIEWS[kind].features
     raise ValueError(f"unknown config kind {kind!r}")
 
 
@@ -218,11 +224,12 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
         "wall_time": stage_wall_times(run),
         "sources": [
             {"dataset": s.dataset_name or ", ".join(s.data_files or []) or s.data_dir, "config": s.dataset_config,
-             "split": s.split, "family": s.family or f"column {s.family_column}"}
+             "split": s.split, "family": s.family or f"column {s.family_column}", "kind": source_kind(s)}
             for s in recipe.sources
         ],
         "card": {
             "license": recipe.license,
+            "license_name": recipe.license_name,
             "task_categories": list(recipe.task_categories),
             "language": list(recipe.language),
             "demo": recipe.demo,
@@ -232,6 +239,13 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
         },
         "families": {name: families[name] for name in sorted(families)},
     }
+
+
+def source_kind(source: SourceConfig) -> str:
+    """hub | local | demo: what the card can cite as a source dataset."""
+    if source.dataset_name == DEMO_DATASET:
+        return "demo"
+    return "hub" if source.dataset_name else "local"
 
 
 def write_stats(path, stats: dict[str, Any]) -> None:

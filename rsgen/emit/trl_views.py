@@ -1,18 +1,24 @@
-"""TRL-ready views of the splits: `{Family}_sft` (conversational language modelling) and `{Family}_dpo`
-(conversational preference pairs), in the vision formats TRL 1.16 trains on as they are.
+"""TRL-ready views of the splits: `{Family}_sft` (conversational prompt-completion) and `{Family}_dpo`
+(conversational preference pairs), in the vision formats `trl.SFTTrainer` and `trl.DPOTrainer` train on as they are.
 
-Format (what `trl.SFTTrainer` / `trl.DPOTrainer` with a vision-language model expect):
+Format:
 - messages are `{"role", "content"}` with content as a list of parts `{"type": "image"|"text", "text": ...}`;
   an image part is a placeholder (TRL's collators fill it from the `images` column, one image per placeholder);
 - `images` is a list holding the row's image.
 
-SFT: one conversation per image; the first user turn carries the image placeholder, later turns are text only
-(one placeholder per image — TRL checks that counts match). DPO: the prompt is the user turn (image + question),
-`chosen` the official answer, `rejected` what the model answered instead.
+SFT: one accepted QA pair per row, `prompt` the user turn (image + question) and `completion` the assistant turn,
+so TRL computes the loss on the completion only (its default for prompt-completion data), every question is seen
+alone with its image as at inference, and a chat template that strips reasoning from earlier assistant turns
+has none to strip. DPO: the prompt is the user turn, `chosen` the official answer, `rejected` what the model
+answered instead.
+
+A new view is one entry in `VIEWS`: its features and a function from (image, the image's split rows) to its rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from datasets import Features, Image, List, Value
@@ -20,29 +26,29 @@ from datasets import Features, Image, List, Value
 CONTENT_PART = {"type": Value("string"), "text": Value("string")}
 MESSAGE = {"role": Value("string"), "content": List(CONTENT_PART)}
 
-SFT_FEATURES = Features({"messages": List(MESSAGE), "images": List(Image())})
+SFT_FEATURES = Features({"prompt": List(MESSAGE), "completion": List(MESSAGE), "images": List(Image())})
 DPO_FEATURES = Features(
     {"prompt": List(MESSAGE), "chosen": List(MESSAGE), "rejected": List(MESSAGE), "images": List(Image())}
 )
 
 
-def _user(question: str, with_image: bool) -> dict[str, Any]:
-    parts = [{"type": "image", "text": None}] if with_image else []
-    parts.append({"type": "text", "text": question})
-    return {"role": "user", "content": parts}
+def _user(question: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "image", "text": None}, {"type": "text", "text": question}]}
 
 
 def _assistant(text: str) -> dict[str, Any]:
     return {"role": "assistant", "content": [{"type": "text", "text": text}]}
 
 
-def sft_row(image: dict[str, Any], think_qa: list[dict[str, Any]], keep_reasoning: bool) -> dict[str, Any]:
-    """One conversation over the accepted pairs of an image (`think_qa` is the row's RS_think `qa` list)."""
-    messages = []
-    for turn, qa in enumerate(think_qa):
-        messages.append(_user(qa["question"], with_image=turn == 0))
-        messages.append(_assistant(qa["response"] if keep_reasoning else qa["answer"]))
-    return {"messages": messages, "images": [image]}
+def sft_rows(image: dict[str, Any], think_qa: list[dict[str, Any]], keep_reasoning: bool) -> list[dict[str, Any]]:
+    """One prompt-completion row per accepted pair (`think_qa` is the image's RS_think `qa` list); the completion
+    is the model's response byte for byte (reasoning included), or the official answer without reasoning."""
+    return [
+        {"prompt": [_user(qa["question"])],
+         "completion": [_assistant(qa["response"] if keep_reasoning else qa["answer"])],
+         "images": [image]}
+        for qa in think_qa
+    ]
 
 
 def dpo_rows(image: dict[str, Any], rejected_qa: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, int]]:
@@ -62,10 +68,25 @@ def dpo_rows(image: dict[str, Any], rejected_qa: list[dict[str, Any]]) -> tuple[
             continue
         rows.append(
             {
-                "prompt": [_user(qa["question"], with_image=True)],
+                "prompt": [_user(qa["question"])],
                 "chosen": [_assistant(qa["answer"])],
                 "rejected": [_assistant(wrong)],
                 "images": [image],
             }
         )
     return rows, skipped
+
+
+@dataclass(frozen=True)
+class View:
+    features: Features
+    reads: str  # the split kind whose `qa` list the view is made from
+    rows: Callable[..., tuple[list[dict[str, Any]], dict[str, int]]]  # (image, qa, recipe) -> rows, left out by why
+
+
+VIEWS: dict[str, View] = {
+    "sft": View(SFT_FEATURES, "RS_think",
+                lambda image, qa, recipe: (sft_rows(image, qa, recipe.sft_keep_reasoning), {})),
+    "dpo": View(DPO_FEATURES, "rejected", lambda image, qa, recipe: dpo_rows(image, qa)),
+}
+"""Emit's table of views: name -> how to build it. The recipe key `views` picks which are written."""

@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import datasets
+import yaml
 from emit_helpers import scripted_recipe, write_scripted_run
 from huggingface_hub import DatasetCard
 
@@ -114,3 +116,37 @@ def test_card_without_judge_or_rejections(tmp_path):
     assert "agreed on" not in text and "(`judge: false`)" in text
     assert "The model answered every question of this family correctly: the rejected split is empty." in text
     assert "`AllRight_rejected`, `AllRight_dpo`: no rows, so not written" in text
+
+
+def test_card_metadata_default_config_and_run_files(tmp_path):
+    write_scripted_run(tmp_path)
+    sources = [{"dataset_name": "HuggingFaceM4/ChartQA", "family": "CLEVRMath"},
+               {"data_files": ["local.parquet"], "family": "DemoMC"}, {"dataset_name": "rsgen-demo", "family": "X"}]
+    run_emit(scripted_recipe(tmp_path, sources=sources, hub_dataset_id="someone/clevr-rs"))
+    layout = OutputLayout(tmp_path)
+    card = DatasetCard.load(layout.dataset / "README.md")
+    data = card.data.to_dict()
+    assert data["pretty_name"] == "clevr-rs"
+    assert data["size_categories"] == ["n<1K"]  # 23 QA pairs
+    assert data["source_datasets"] == ["HuggingFaceM4/ChartQA", "original"]  # local files are not a Hub source
+    assert (data["license"], data["license_name"]) == ("other", "derived-from-sources")
+    defaults = [c["config_name"] for c in data["configs"] if c.get("default")]
+    assert defaults == ["AllRight_sft"]  # the first family's SFT view
+    # `load_dataset(dir, split="train")` needs no config name.
+    ds = datasets.load_dataset(str(layout.dataset), split="train", download_mode="force_redownload")
+    assert ds.column_names == ["prompt", "completion", "images"]
+    # What the card cites lies next to it (and is uploaded with the folder).
+    assert json.loads((layout.dataset / "stats.json").read_text()) == json.loads(layout.stats_json.read_text())
+    assert (layout.dataset / "run.json").read_bytes() == layout.run_json.read_bytes()
+    assert yaml.safe_load((layout.dataset / "recipe.yaml").read_text())["hub_dataset_id"] == "someone/clevr-rs"
+    # The card states the size on disk, in total and per config.
+    text = card.text
+    stats = json.loads(layout.stats_json.read_text())
+    total = sum(s["download_size"] for fam in stats["families"].values() for s in fam["splits"].values())
+    assert f"On disk the data takes **{total / 1e3:,.1f} kB** of parquet" in text
+    assert "| size on disk | " in text
+    assert "`other` (`derived-from-sources`)" in text
+
+    run_emit(scripted_recipe(tmp_path, license="cc-by-4.0"))
+    data = DatasetCard.load(layout.dataset / "README.md").data.to_dict()
+    assert data["license"] == "cc-by-4.0" and "license_name" not in data and "source_datasets" not in data

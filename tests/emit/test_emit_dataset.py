@@ -14,6 +14,7 @@ import pytest
 from emit_helpers import ScriptedImage, ScriptedPair, default_pool, scripted_recipe, write_scripted_run
 from PIL import Image
 
+from rsgen.config import RecipeError
 from rsgen.emit import EmitError, run_emit, stage
 from rsgen.emit.card import configs_of
 from rsgen.emit.trl_views import DPO_FEATURES, SFT_FEATURES, dpo_rows
@@ -108,16 +109,15 @@ def test_sft_and_dpo_views_mirror_the_splits(emitted_run):
     assert recipe.sft_keep_reasoning
     think = load(root, "CLEVRMath_RS_think")
     sft = load(root, "CLEVRMath_sft")
-    assert len(sft) == len(think)
-    for conv, row in zip(sft, think):
-        messages = conv["messages"]
-        assert [m["role"] for m in messages] == ["user", "assistant"] * len(row["qa"])
-        assert messages[0]["content"][0] == {"type": "image", "text": None}
-        assert sum(part["type"] == "image" for m in messages for part in m["content"]) == 1
-        for turn, qa in enumerate(row["qa"]):
-            assert messages[2 * turn]["content"][-1] == {"type": "text", "text": qa["question"]}
-            assert messages[2 * turn + 1]["content"] == [{"type": "text", "text": qa["response"]}]
-        assert conv["images"][0].tobytes() == row["image"].tobytes()
+    accepted = [(qa, row["image"]) for row in think for qa in row["qa"]]
+    assert len(sft) == len(accepted) > len(think)  # one accepted QA pair per row
+    for pair, (qa, image) in zip(sft, accepted):
+        assert pair["prompt"] == [{"role": "user", "content": [{"type": "image", "text": None},
+                                                               {"type": "text", "text": qa["question"]}]}]
+        # Byte-identical to what the model produced, reasoning included.
+        assert pair["completion"] == [{"role": "assistant", "content": [{"type": "text", "text": qa["response"]}]}]
+        assert "<think>" in qa["response"]
+        assert len(pair["images"]) == 1 and pair["images"][0].tobytes() == image.tobytes()
     rejected = [qa for row in load(root, "CLEVRMath_rejected") for qa in row["qa"]]
     dpo = load(root, "CLEVRMath_dpo")
     expected = [qa for qa in rejected if qa["wrong_vlm"] is not None]
@@ -240,12 +240,30 @@ def test_example_images_are_the_stored_files(emitted_run):
 
 
 def test_sft_without_reasoning_answers_with_the_official_answer():
-    from rsgen.emit.trl_views import sft_row
+    from rsgen.emit.trl_views import sft_rows
 
     qa = [{"question": "q1", "answer": "3", "response": "<think>x</think>3"},
           {"question": "q2", "answer": "B", "response": "<think>y</think>B"}]
-    row = sft_row({"bytes": b"x", "path": None}, qa, keep_reasoning=False)
-    assert [m["content"][-1]["text"] for m in row["messages"]] == ["q1", "3", "q2", "B"]
-    assert row["messages"][2]["content"] == [{"type": "text", "text": "q2"}]  # one image placeholder per image
-    assert sft_row({"bytes": b"x", "path": None}, qa, keep_reasoning=True)["messages"][1]["content"][0]["text"] == \
-        "<think>x</think>3"
+    image = {"bytes": b"x", "path": None}
+    rows = sft_rows(image, qa, keep_reasoning=False)
+    assert [r["prompt"][0]["content"][-1]["text"] for r in rows] == ["q1", "q2"]
+    assert [r["completion"][0]["content"] for r in rows] == [[{"type": "text", "text": "3"}],
+                                                             [{"type": "text", "text": "B"}]]
+    assert all(r["prompt"][0]["content"][0] == {"type": "image", "text": None} for r in rows)  # each row its image
+    rows = sft_rows(image, qa, keep_reasoning=True)
+    assert [r["completion"][0]["content"][0]["text"] for r in rows] == ["<think>x</think>3", "<think>y</think>B"]
+
+
+def test_views_choose_which_views_are_written(tmp_path):
+    write_scripted_run(tmp_path)
+    run_emit(scripted_recipe(tmp_path, views=["sft"]))
+    layout = OutputLayout(tmp_path)
+    written = sorted(p.name for p in (layout.dataset / "data").iterdir())
+    assert [c for c in written if c.startswith("CLEVRMath")] == [
+        "CLEVRMath_RS_nothink", "CLEVRMath_RS_think", "CLEVRMath_rejected", "CLEVRMath_sft"]
+    stats = json.loads(layout.stats_json.read_text())
+    assert list(stats["families"]["CLEVRMath"]["splits"]) == ["RS_think", "RS_nothink", "rejected", "sft"]
+    assert "CLEVRMath_dpo" not in (layout.dataset / "README.md").read_text()
+    assert len(load(tmp_path, "CLEVRMath_sft")) == 5
+    with pytest.raises(RecipeError, match="'grpo'.*sft, dpo"):
+        run_emit(scripted_recipe(tmp_path, views=["sft", "grpo"]))

@@ -37,6 +37,15 @@ def test_trl_trains_on_the_emitted_view(view, emitted_run, zoo_model_path, tmp_p
     image_token = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
     assert batch["pixel_values"].shape[0] > 0
     assert (batch["input_ids"] == image_token).sum() > 0
+    if view == "sft":
+        # Prompt-completion rows: only completion tokens carry loss (TRL's default), and they are the model's
+        # response exactly.
+        for row, ids, labels in zip((dataset[0], dataset[1]), batch["input_ids"], batch["labels"]):
+            trained = processor.tokenizer.decode(ids[labels != -100])
+            response = row["completion"][0]["content"][0]["text"]
+            assert trained.startswith(response) and trained[len(response):].strip() in ("<|im_end|>", "")
+            assert row["prompt"][0]["content"][1]["text"] not in trained
+            assert (labels[ids == image_token] == -100).all()
 
     before = _trainable_snapshot(model)
     result = trainer.train()
