@@ -1,4 +1,11 @@
-"""Verifiers as TRL reward functions (`trl.GRPOTrainer(reward_funcs=[reward_function("relaxed")], ...)`).
+"""Verifiers as TRL reward functions.
+
+By dotted path, as TRL's scripts take them (`--reward_funcs rsgen.verify.rewards.relaxed`) or as objects
+(`GRPOTrainer(reward_funcs=[rsgen.verify.rewards.relaxed])`): `relaxed`, `exact`, `numeric`, `mc` and `math`
+read the reference from the `solution` column (as emitted in `{Family}_grpo`), else `answer`, and `options` when
+present; they score 1.0 / 0.0 and None where the reference itself cannot be used (TRL leaves a None out of the
+reward instead of teaching the model against a broken reference). `reward_function(name, ...)` builds one with
+other columns or verifier settings.
 
 GRPOTrainer calls a reward function as `f(prompts=..., completions=..., completion_ids=..., **columns)`,
 where `columns` are the dataset's other columns (one value per completion) plus trainer extras
@@ -9,7 +16,8 @@ from __future__ import annotations
 
 import warnings
 
-from rsgen.verify.decision import BAD_INPUT
+from rsgen.verify.decision import BAD_INPUT, Decision
+from rsgen.verify.inputs import check_inputs
 from rsgen.verify.registry import get_verifier, verify_response
 
 
@@ -111,3 +119,55 @@ def reward_function(name: str, **kw) -> VerifierReward:
     (default "options", used by `mc` when the dataset has it), `numeric_tolerance`, `timeout_seconds`.
     """
     return VerifierReward(name, **kw)
+
+
+# ---------------------------------------------------------------- rewards by dotted path
+
+REFERENCE_COLUMNS = ("solution", "answer")  # the first one the dataset has is the reference
+
+
+def _reward(name: str, completions, kwargs) -> list[float | None]:
+    column = next((c for c in REFERENCE_COLUMNS if kwargs.get(c) is not None), None)
+    if column is None:
+        raise ValueError(
+            f"reward rsgen.verify.rewards.{name} needs a dataset column 'solution' (or 'answer') with the official "
+            f"answers; the trainer passed {sorted(k for k in kwargs if k not in ('trainer_state', 'log_extra', 'log_metric'))}"
+        )
+    references, options = kwargs[column], kwargs.get("options")
+    if len(references) != len(completions):
+        raise ValueError(f"{len(completions)} completions but {len(references)} values in {column!r}")
+    rewards: list[float | None] = []
+    for i, completion in enumerate(completions):
+        if isinstance(check_inputs("x", references[i]), Decision):  # the reference is unusable, not the answer
+            rewards.append(None)
+            continue
+        decision = verify_response(name, completion_text(completion), references[i],
+                                   options=options[i] if options is not None else None)
+        rewards.append(1.0 if decision.match else 0.0)
+    return rewards
+
+
+def relaxed(completions, **kwargs) -> list[float | None]:
+    """ChartQA relaxed accuracy of each completion's final answer against `solution` (else `answer`)."""
+    return _reward("relaxed", completions, kwargs)
+
+
+def exact(completions, **kwargs) -> list[float | None]:
+    """Exact match (after light normalisation) against `solution` (else `answer`)."""
+    return _reward("exact", completions, kwargs)
+
+
+def numeric(completions, **kwargs) -> list[float | None]:
+    """Numeric equality (default tolerance) against `solution` (else `answer`)."""
+    return _reward("numeric", completions, kwargs)
+
+
+def mc(completions, **kwargs) -> list[float | None]:
+    """Multiple choice: the option letter named by the completion against `solution` (else `answer`), using
+    `options` when the dataset has it."""
+    return _reward("mc", completions, kwargs)
+
+
+def math(completions, **kwargs) -> list[float | None]:
+    """Mathematical equivalence (math-verify, time-limited) against `solution` (else `answer`)."""
+    return _reward("math", completions, kwargs)

@@ -262,3 +262,45 @@ def test_one_grpo_step_on_cpu_uses_the_reward(tmp_path, conversational):
     logs = trainer.state.log_history[0]
     assert logs["rewards/rsgen_exact/mean"] == pytest.approx(0.5)
     assert logs["reward"] == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------- rewards by dotted path
+
+
+@pytest.mark.parametrize("name", ["relaxed", "exact", "numeric", "mc", "math"])
+def test_rewards_by_dotted_path_as_trl_resolves_them(name):
+    """TRL's `--reward_funcs a.b.c` imports the module and takes the attribute: a plain, named function."""
+    import importlib
+
+    module, _, attr = f"rsgen.verify.rewards.{name}".rpartition(".")
+    reward = getattr(importlib.import_module(module), attr)
+    assert callable(reward) and reward.__name__ == name
+    assert pickle.loads(pickle.dumps(reward)) is reward
+
+
+def test_dotted_path_rewards_read_solution_then_answer():
+    from rsgen.verify import rewards
+
+    completions = ["<think>x</think>41", "Answer: 7", "<think>cut off"]
+    assert rewards.relaxed(completions=completions, solution=["42", "8", "1"]) == [1.0, 0.0, 0.0]
+    assert rewards.exact(completions=completions, answer=["41", "7", "1"], trainer_state=None) == [1.0, 1.0, 0.0]
+    # `solution` wins over `answer` when both are there (the _grpo view has solution).
+    assert rewards.exact(completions=["7"], solution=["7"], answer=["8"]) == [1.0]
+    assert rewards.mc(completions=[[{"role": "assistant", "content": "blue"}]], solution=["B"],
+                      options=[["red", "blue"]]) == [1.0]
+    assert rewards.math(completions=["\\boxed{\\frac{1}{2}}"], solution=["0.5"]) == [1.0]
+    assert rewards.numeric(completions=["3.0000001", "3.1"], solution=["3", "3"]) == [1.0, 0.0]
+
+
+def test_dotted_path_rewards_give_none_for_an_unusable_reference():
+    from rsgen.verify import rewards
+
+    got = rewards.relaxed(completions=["1", "2", "3", None], solution=["1", "", None, "4"])
+    assert got == [1.0, None, None, 0.0]  # a completion without text is the model's fault: 0.0
+
+
+def test_dotted_path_rewards_need_a_reference_column():
+    from rsgen.verify import rewards
+
+    with pytest.raises(ValueError, match="needs a dataset column 'solution'.*'label'"):
+        rewards.relaxed(completions=["1"], label=["1"], trainer_state=None)
