@@ -28,6 +28,7 @@ STEPS: dict[str, tuple[int, str]] = {
     "mc_normalise": (2, "options re-rendered as a lettered block, reference (text, letter or option index) "
                         "rewritten to the bare letter"),
     "image_validate": (1, "decodable, not truncated, non-empty, aspect ratio and pixel count within limits"),
+    "image_upright": (1, "EXIF orientation applied to the pixels, stored as PNG without the tag"),
     "image_to_rgb": (1, "non-RGB image converted to RGB (alpha composited on white), stored as PNG"),
     "provenance": (1, "recorded image reference / source id resolves to the attached image"),
     "dedup_merge": (1, "the same question twice on the same image merged; conflicting answers dropped"),

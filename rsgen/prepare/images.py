@@ -1,4 +1,8 @@
-"""Image checks and conversion, run in worker processes: decode fully, validate, convert to RGB, hash.
+"""Image checks and conversion, run in worker processes: decode fully, validate, turn upright, convert to RGB, hash.
+
+An image whose EXIF orientation tag says "rotate" is stored with the rotation applied to its pixels (as PNG, no
+tag left): the model sees the image through the processor, which ignores the tag, and a dataset viewer may
+apply it; storing the upright pixels makes both show the same picture.
 
 This module imports only the standard library, numpy and Pillow, so spawned workers start fast. A worker sends
 back bytes only when the main process does not already have them (a converted image, or one read from a path);
@@ -8,13 +12,16 @@ creating many small files is what costs most on ordinary disks.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import io
 import os
+import re
 import warnings
 from dataclasses import dataclass
 
-from PIL import Image, ImageFile
+from PIL import Image, ImageFile, ImageOps
 
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file is bad input, not an image with a grey bottom
 
@@ -33,7 +40,7 @@ class ImageResult:
     reason: str | None  # drop reason, None when the image is usable
     sha256: str | None = None  # of the bytes to store
     raw_sha256: str | None = None  # of the bytes as found in the source
-    conversion: str | None = None  # e.g. "image_mode_RGBA_to_RGB"
+    conversions: tuple[str, ...] = ()  # e.g. ("image_exif_orientation_6_applied", "image_mode_RGBA_to_RGB")
     width: int = 0
     height: int = 0
     data: bytes | None = None  # the bytes to store, when they are not the job's own payload bytes
@@ -66,6 +73,9 @@ class ImagePack:
 
     def __exit__(self, *exc):
         self.close()
+
+
+ORIENTATION_TAG = 0x0112  # EXIF Orientation: 1 = upright, 2-8 = mirrored and/or rotated
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:
@@ -124,25 +134,66 @@ def process_image(job: ImageJob) -> ImageResult:
     except Exception:  # Pillow raises assorted errors (SyntaxError, ValueError, struct.error) on corrupt data
         return ImageResult("image_undecodable", raw_sha256=raw_sha)
 
-    conversion = None
-    stored = raw
-    if image.mode != "RGB":
+    conversions = []
+    orientation = image.getexif().get(ORIENTATION_TAG, 1)
+    if orientation in range(2, 9):
         try:
-            rgb = _to_rgb(image)
+            image = ImageOps.exif_transpose(image)
+        except Exception:
+            return ImageResult("image_undecodable", raw_sha256=raw_sha, width=width, height=height)
+        width, height = image.size
+        conversions.append(f"image_exif_orientation_{orientation}_applied")
+    mode = image.mode
+    if mode != "RGB":
+        try:
+            image = _to_rgb(image)
         except Exception:
             return ImageResult("image_unsupported_mode", raw_sha256=raw_sha, width=width, height=height)
+        conversions.append(f"image_mode_{mode}_to_RGB")
+    stored = raw
+    if conversions:
         buffer = io.BytesIO()
-        rgb.save(buffer, format="PNG")  # lossless and deterministic for the same pixels
+        image.save(buffer, format="PNG")  # lossless and deterministic for the same pixels
         stored = buffer.getvalue()
-        conversion = f"image_mode_{image.mode}_to_RGB"
     sha = raw_sha if stored is raw else hashlib.sha256(stored).hexdigest()
     data = None if stored is raw and job.kind == "bytes" else stored  # the main process has the payload already
-    return ImageResult(None, sha, raw_sha, conversion, width, height, data)
+    return ImageResult(None, sha, raw_sha, tuple(conversions), width, height, data)
 
 
 def process_images(jobs: list[ImageJob]) -> list[ImageResult]:
     """A batch of jobs in one task: fewer round trips to the pool."""
     return [process_image(job) for job in jobs]
+
+
+_DATA_URI = re.compile(r"^data:image/[\w.+-]+;base64,", re.IGNORECASE)
+_BASE64 = re.compile(r"^[A-Za-z0-9+/\s]+={0,2}$")
+_IMAGE_SIGNATURES = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"BM", b"RIFF", b"II*\x00", b"MM\x00*")
+MIN_BASE64_CHARS = 64  # a base64 image is far longer; shorter strings are file names
+LONGEST_PATH = 4096  # no file path is longer: a longer base64-looking string is an image, if a broken one
+
+
+def inline_image(text: str) -> bytes | None:
+    """The bytes of an image written inline as a data URI (`data:image/png;base64,...`) or as bare base64 (how
+    TSV benchmarks such as MMBench store images); None when `text` is a file path.
+
+    A string of base64 characters counts as an image when it decodes to a known image signature or is longer
+    than any path; b"" when it is meant as an image but does not decode (the image check then drops it)."""
+    text = text.strip()
+    m = _DATA_URI.match(text)
+    if m is None and (len(text) < MIN_BASE64_CHARS or not _BASE64.match(text)):
+        return None
+    payload = "".join(text[m.end() :].split()) if m else "".join(text.split())
+    if m is None and len(payload) <= LONGEST_PATH:
+        try:
+            head = base64.b64decode(payload[:16], validate=True)
+        except (binascii.Error, ValueError):
+            return None
+        if not head.startswith(_IMAGE_SIGNATURES):
+            return None
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        return b""
 
 
 def encode_pil(image: Image.Image) -> bytes:

@@ -6,7 +6,11 @@ Everything streams: rows are read in batches (Hub datasets through `datasets`, m
 files with pyarrow / json / csv directly), and images stay as bytes or file paths until a worker checks them.
 Local files are read directly rather than through `datasets` so that values keep their exact type (the JSON
 loader turns the string "4" into the number 4 when a column mixes types) and each row knows which file, hence
-which folder, it came from.
+which folder, it came from: a local row's `source_row_id` is `file.jsonl:17` (its file, relative to the folder of
+the source's files, and its 0-based record number in that file).
+
+The columns a recipe names are checked against what the source declares -- a parquet schema, a CSV header, a Hub
+dataset's features -- or, for JSON where nothing is declared, against the keys of every record in the file.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ from typing import Any
 from rsgen.config import RecipeError, SourceConfig
 
 DEMO_DATASET = "rsgen-demo"
-PEEK_ROWS = 100  # rows looked at to learn which columns a file has
 LLAVA_HUMAN = {"human", "user"}
 LLAVA_ASSISTANT = {"gpt", "assistant", "model", "bot"}
 IMAGE_PLACEHOLDER = "<image>"
@@ -40,7 +43,7 @@ class RawQA:
 @dataclass
 class RawRow:
     row_index: int
-    source_row_id: str
+    source_row_id: str  # the source's own id (source_id_column), else `where`
     family: Any
     image: Any  # bytes, a path, a {"bytes", "path"} dict, a decoded image, a list (cauldron), or None
     image_bases: tuple[str, ...]  # folders a relative image path resolves against
@@ -48,6 +51,7 @@ class RawRow:
     source_key: str | None = None  # value of source_id_column (provenance: one id names one image)
     qas: list[RawQA] = field(default_factory=list)
     row_reason: str | None = None  # every QA pair of the row is dropped with this reason
+    where: str = ""  # position in the source: `file.jsonl:17` for local files, `train:17` for a Hub split
 
 
 @dataclass
@@ -119,22 +123,47 @@ def _column_key(key: str, source: SourceConfig) -> str:
 # ------------------------------------------------------------------------------------------------ raw records
 
 
-def _checked(records: Iterator[dict | _BadRecord], source: SourceConfig, where: str, what: str) -> Iterator:
-    """Look at the first rows to learn the columns, fail clearly when one the recipe names is absent."""
-    records = iter(records)
-    head: list = []
+def _checked_whole(records: Iterator[dict | _BadRecord], source: SourceConfig, where: str, what: str) -> Iterator:
+    """Records of a source that declares no columns (JSON): a column the recipe names must appear in at least one
+    record of the file -- checked at its end, so a key first used at row 110 counts as present."""
+    seen: set[str] = set()
     for record in records:
-        head.append(record)
-        if len(head) >= PEEK_ROWS:
-            break
-    seen = set()
-    for record in head:
         if isinstance(record, dict):
             seen.update(record)
+        yield record
     if seen:
         _require_columns(seen, source, where, what)
-    yield from head
-    yield from records
+
+
+def _declared_columns(path: str) -> set[str] | None:
+    """Columns a parquet schema or a CSV/TSV header declares; None for JSON (nothing declared)."""
+    lower = path.lower()
+    if lower.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return set(pq.read_schema(path).names)
+    if lower.endswith((".csv", ".tsv")):
+        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+            header = next(csv.reader(f, delimiter="\t" if lower.endswith(".tsv") else ","), [])
+        return set(header)
+    return None
+
+
+def _file_records(path: str, source: SourceConfig, where: str, what: str) -> Iterator[dict | _BadRecord]:
+    records = _file_reader(path)(path)
+    declared = _declared_columns(path)
+    if declared is None:
+        return _checked_whole(records, source, where, what)
+    _require_columns(declared, source, where, what)
+    return records
+
+
+def _file_labels(paths: list[str], root: str | None = None) -> dict[str, str]:
+    """How a row names its file: the path relative to `root`, else to the folder the source's files share."""
+    absolute = [os.path.abspath(p) for p in paths]
+    if root is None:
+        root = os.path.commonpath([os.path.dirname(p) for p in absolute])
+    return {p: os.path.relpath(a, root) for p, a in zip(paths, absolute)}
 
 
 def _iter_jsonl(path: str) -> Iterator[dict | _BadRecord]:
@@ -239,17 +268,22 @@ def _expand_files(patterns: list[str], where: str) -> list[str]:
     return files
 
 
-def _local_records(source: SourceConfig, where: str) -> Iterator[tuple[dict | _BadRecord, tuple[str, ...]]]:
-    for path in _expand_files(source.data_files, where):
+Located = tuple[dict | _BadRecord, tuple[str, ...], str]  # (record, folders its image paths resolve against, where)
+
+
+def _local_records(source: SourceConfig, where: str) -> Iterator[Located]:
+    files = _expand_files(source.data_files, where)
+    labels = _file_labels(files)
+    for path in files:
         bases = (os.path.abspath(source.data_dir),) if source.data_dir else (os.path.dirname(os.path.abspath(path)),)
-        for record in _checked(_file_reader(path)(path), source, where, f"data file {path!r}"):
-            yield record, bases
+        for n, record in enumerate(_file_records(path, source, where, f"data file {path!r}")):
+            yield record, bases, f"{labels[path]}:{n}"
 
 
 METADATA_NAMES = ("metadata.jsonl", "metadata.json", "metadata.csv", "metadata.parquet")
 
 
-def _image_folder_records(source: SourceConfig, where: str) -> Iterator[tuple[dict | _BadRecord, tuple[str, ...]]]:
+def _image_folder_records(source: SourceConfig, where: str) -> Iterator[Located]:
     """`imagefolder` layout: images next to a metadata file whose `file_name` column names them."""
     root = source.data_dir
     if not os.path.isdir(root):
@@ -264,13 +298,14 @@ def _image_folder_records(source: SourceConfig, where: str) -> Iterator[tuple[di
             f"{where}: image folder {top!r} has no metadata file ({', '.join(METADATA_NAMES)}) giving each "
             "image's question and answer (column `file_name` names the image)"
         )
+    labels = _file_labels(found, os.path.abspath(root))
     for path in found:
         bases = (os.path.dirname(os.path.abspath(path)),)
-        for record in _checked(_file_reader(path)(path), source, where, f"metadata file {path!r}"):
-            yield record, bases
+        for n, record in enumerate(_file_records(path, source, where, f"metadata file {path!r}")):
+            yield record, bases, f"{labels[path]}:{n}"
 
 
-def _hub_records(source: SourceConfig, where: str) -> Iterator[tuple[dict, tuple[str, ...]]]:
+def _hub_records(source: SourceConfig, where: str) -> Iterator[Located]:
     import datasets
 
     kwargs: dict[str, Any] = {"split": source.split, "streaming": source.streaming}
@@ -296,21 +331,21 @@ def _hub_records(source: SourceConfig, where: str) -> Iterator[tuple[dict, tuple
                 ds = ds.cast_column(name, datasets.List(datasets.Image(decode=False)))
     bases = (os.path.abspath(source.data_dir),) if source.data_dir else (os.getcwd(),)
     records = iter(ds)
-    if features is None:
-        records = _checked(records, source, where, f"dataset {source.dataset_name!r}")
-    for record in records:
-        yield record, bases
+    if features is None:  # a streamed dataset that does not declare its features
+        records = _checked_whole(records, source, where, f"dataset {source.dataset_name!r}")
+    for n, record in enumerate(records):
+        yield record, bases, f"{source.split}:{n}"
 
 
-def _demo_records(source: SourceConfig, where: str) -> Iterator[tuple[dict, tuple[str, ...]]]:
+def _demo_records(source: SourceConfig, where: str) -> Iterator[Located]:
     from rsgen.demo.pool import make_demo_rows
 
     rows = make_demo_rows(source.demo_num_images, source.demo_seed)
-    for record in _checked(rows, source, where, "the demo pool"):
-        yield record, ()
+    for n, record in enumerate(_checked_whole(rows, source, where, "the demo pool")):
+        yield record, (), f"{source.split}:{n}"
 
 
-def iter_records(source: SourceConfig, index: int) -> Iterator[tuple[dict | _BadRecord, tuple[str, ...]]]:
+def iter_records(source: SourceConfig, index: int) -> Iterator[Located]:
     where = source_where(index)
     if source.dataset_name == DEMO_DATASET:
         records = _demo_records(source, where)
@@ -345,30 +380,31 @@ def iter_raw_rows(source: SourceConfig, index: int) -> Iterator[RawRow]:
         parse = _cauldron_row
     else:
         parse = _llava_row
-    for row_index, (record, bases) in enumerate(iter_records(source, index)):
-        row_id = f"{source.split}:{row_index}"
+    for row_index, (record, bases, where) in enumerate(iter_records(source, index)):
         if isinstance(record, _BadRecord):
             # One unreadable record counts as one input QA pair, dropped: nothing vanishes uncounted.
-            yield RawRow(row_index, row_id, source.family, None, bases, qas=[RawQA(None, None, None, row_id, None)],
-                         row_reason=record.reason)
+            yield RawRow(row_index, where, source.family, None, bases, qas=[RawQA(None, None, None, where, None)],
+                         row_reason=record.reason, where=where)
             continue
         source_key = _id_value(record.get(cols["source_id"])) if cols["source_id"] else None
-        row_id = source_key or row_id
         family = source.family if source.family else record.get(cols["family"])
         row = RawRow(
             row_index,
-            row_id,
+            source_key or where,
             family,
             record.get(cols["image"]),
             bases,
             image_ref=record.get(cols["image_ref"]) if cols["image_ref"] else None,
             source_key=source_key,
+            where=where,
         )
         parse(row, record, cols)
         yield row
 
 
 def _flat_row(row: RawRow, record: dict, cols: dict) -> None:
+    # A list of images with one entry is that row's image (TRL-style copies store `images: [image]`).
+    row.image = _single_image(row.image, row)
     options = record.get(cols["options"]) if cols["options"] else None
     row.qas.append(RawQA(record.get(cols["question"]), record.get(cols["answer"]), options, row.source_row_id,
                          row.source_key))

@@ -35,7 +35,7 @@ from rsgen.prepare.cleaning import (
     ordered_steps,
     qa_id,
 )
-from rsgen.prepare.images import ImageJob, ImagePack, ImageResult, encode_pil, process_images
+from rsgen.prepare.images import ImageJob, ImagePack, ImageResult, encode_pil, inline_image, process_images
 from rsgen.prepare.sources import RawRow, describe_source, iter_raw_rows, source_where
 from rsgen.prepare.writer import ExternalSorter
 from rsgen.schema import POLICY_VERSION, PREPARED_FEATURES, PREPARED_SHARD_PREFIX
@@ -140,6 +140,9 @@ def _image_payload(value: Any, bases: tuple[str, ...]) -> tuple[str, Any, str | 
     if isinstance(value, str):
         if not value.strip():
             return "image_missing", None, None
+        data = inline_image(value)
+        if data is not None:
+            return ("bytes", data, None) if data else ("image_undecodable", None, None)
         return "path", _resolve_path(value, bases), value
     if value is None:
         return "image_missing", None, None
@@ -411,10 +414,10 @@ class _Pass1:
             report.drop(family, src, result.reason, len(pending.qas))
             return
         image_steps = {"image_validate"}
-        if result.conversion:
-            report.images["converted"][result.conversion] += 1
-            report.convert(family, src, result.conversion)
-            image_steps.add("image_to_rgb")
+        for conversion in result.conversions:
+            report.images["converted"][conversion] += 1
+            report.convert(family, src, conversion)
+            image_steps.add("image_upright" if conversion.startswith("image_exif") else "image_to_rgb")
         if source.image_ref_column:
             reason = check_image_ref(
                 pending.row.image_ref,

@@ -36,6 +36,18 @@ def bomb_png(width: int = 30000, height: int = 30000) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
 
 
+def rotated_jpeg() -> bytes:
+    """A 40x20 JPEG, left half red and right half blue, whose EXIF orientation 6 says: show it turned 90 degrees
+    clockwise (20x40, red on top)."""
+    image = Image.new("RGB", (40, 20), "blue")
+    image.paste((255, 0, 0), (0, 0, 20, 20))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", exif=exif, quality=95)
+    return buffer.getvalue()
+
+
 def bad_images() -> dict[str, bytes]:
     """Image bytes for each drop class (key = the reason prepare must report)."""
     good = rgb_png(999, (64, 64))
@@ -72,7 +84,7 @@ POOL_FORMATS = ("csv", "tsv", "jsonl", "json", "parquet", "imagefolder")
 
 
 def write_pool(folder, fmt: str, rows: list[dict], **source) -> dict:
-    """Write `rows` (column -> value; `image` holds image bytes) as a pool in format `fmt`, the way public pools
+    """Write `rows` (column -> value; `image` holds image bytes or the cell's text) as a pool in format `fmt`, the way public pools
     are published: image files next to a CSV / TSV / JSON Lines / JSON array table (`imagefolder`: a
     metadata.jsonl naming them by `file_name`), or bytes embedded in parquet. Returns the source mapping that
     reads it (family "F" unless `source` says otherwise)."""
@@ -81,8 +93,8 @@ def write_pool(folder, fmt: str, rows: list[dict], **source) -> dict:
     for i, row in enumerate(rows):
         row = dict(row)
         image = row.pop("image")
-        if fmt == "parquet":
-            row["image"] = image
+        if fmt == "parquet" or isinstance(image, str):  # a string is the cell itself (base64, a data URI, a path)
+            row["file_name" if fmt == "imagefolder" else "image"] = image
         else:
             name = f"img{i}.png"
             (folder / name).write_bytes(image)
@@ -125,6 +137,7 @@ def tools():
         encode=encode,
         rgb_png=rgb_png,
         bomb_png=bomb_png,
+        rotated_jpeg=rotated_jpeg,
         bad_images=bad_images,
         mode_images=mode_images,
         make_recipe=make_recipe,

@@ -138,7 +138,7 @@ def test_every_bad_input_class_is_counted_and_nothing_crashes(tmp_path, tools):
     assert shared["clean_meta"]["source_dataset"] == " + ".join(
         f"local:{s['data_files'][0]}" for s in sources
     )
-    assert shared["clean_meta"]["source_row_ids"] == ["p0", "train:0"]
+    assert shared["clean_meta"]["source_row_ids"] == ["p0", "paths.jsonl:0"]
     assert "dedup_merge@1" in shared["clean_meta"]["steps"]
     mc = next(q for r in ds for q in r["qa"] if q["question"].startswith("Which shape?"))
     assert mc["question"] == f"Which shape?\nA. cube\nB. sphere\n{INSTRUCTION}"

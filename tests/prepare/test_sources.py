@@ -153,7 +153,9 @@ def test_cauldron_format(tmp_path, tools, via_hub_loader):
         f"Question: Add 1 matte objects. How many objects exist?\n{INSTRUCTION}",
     ]
     assert [qa["answers"] for qa in row["qa"]] == [["3"], ["6"]]
-    assert [qa["source_row_id"] for qa in row["qa"]] == ["train:0#0", "train:0#1"]
+    # A local row names its file; a Hub row its split.
+    first = "train:0" if via_hub_loader else "cauldron.parquet:0"
+    assert [qa["source_row_id"] for qa in row["qa"]] == [f"{first}#0", f"{first}#1"]
     assert "task_purity@1" in row["clean_meta"]["steps"] and "answer_normalize@2" in row["clean_meta"]["steps"]
 
 
@@ -325,3 +327,77 @@ def test_raw_rows_of_the_demo_pool():
     rows = list(iter_raw_rows(source, 0))
     assert rows and all(len(r.qas) == 1 for r in rows)
     assert rows[0].source_row_id == "5/0/0" and isinstance(rows[0].image, bytes)
+
+
+# ------------------------------------------------------------------------------------------------ row ids, columns
+
+
+def test_source_row_id_names_the_file(tmp_path, tools, pool_format):
+    rows = [{"image": tools.rgb_png(i), "question": f"q{i}?", "answer": "a"} for i in range(2)]
+    rows.append({"image": b"not an image", "question": "q2?", "answer": "a"})
+    source = tools.write_pool(tmp_path / "pool", pool_format, rows)
+    report, ds = prepared(tools.make_recipe(tmp_path / "out", [source]))
+    assert report["dropped"] == {"image_undecodable": 1}
+    name = "metadata.jsonl" if pool_format == "imagefolder" else f"pool.{pool_format}"
+    assert sorted(q["source_row_id"] for q in all_qa(ds)) == [f"{name}:0", f"{name}:1"]
+
+
+def test_source_row_id_of_files_in_several_folders_is_relative_to_their_common_folder(tmp_path, tools):
+    sources = [tools.write_pool(tmp_path / "data" / split, "jsonl",
+                                [{"image": tools.rgb_png(i), "question": f"{split}?", "answer": "a"}])
+               for i, split in enumerate(["a", "b"])]
+    files = sources[0]["data_files"] + sources[1]["data_files"]
+    report, ds = prepared(tools.make_recipe(tmp_path / "out", [{"data_files": files, "family": "F"}]))
+    assert sorted(q["source_row_id"] for q in all_qa(ds)) == ["a/pool.jsonl:0", "b/pool.jsonl:0"]
+
+
+@pytest.mark.parametrize("pool_format", ["jsonl", "json", "imagefolder"])
+def test_a_column_first_used_late_in_a_json_file_is_found(tmp_path, tools, pool_format):
+    rows = [{"image": tools.rgb_png(0), "question": f"q{i}?", "answer": "a"} for i in range(120)]
+    rows[110] = {**rows[110], "sid": "late-id"}
+    source = tools.write_pool(tmp_path / "pool", pool_format, rows, source_id_column="sid")
+    report, ds = prepared(tools.make_recipe(tmp_path / "out", [source]))
+    assert report["kept_qa_pairs"] == 120
+    ids = {q["question"]: q["source_row_id"] for q in all_qa(ds)}
+    assert ids[f"q110?\n{INSTRUCTION}"] == "late-id"
+
+
+def test_a_column_declared_by_the_schema_is_found_even_when_empty_at_first(tmp_path, tools):
+    rows = [{"image": tools.rgb_png(i), "question": f"q{i}?", "answer": "a", "sid": None} for i in range(120)]
+    rows[110]["sid"] = "late-id"
+    source = tools.write_pool(tmp_path / "pool", "parquet", rows, source_id_column="sid")
+    report, _ = prepared(tools.make_recipe(tmp_path / "out", [source]))
+    assert report["kept_qa_pairs"] == 120
+
+
+@pytest.mark.parametrize("pool_format", ["csv", "tsv", "jsonl", "json", "parquet", "imagefolder"])
+def test_a_column_absent_from_the_whole_file_is_an_error(tmp_path, tools, pool_format):
+    rows = [{"image": tools.rgb_png(0), "question": f"q{i}?", "answer": "a"} for i in range(120)]
+    source = tools.write_pool(tmp_path / "pool", pool_format, rows, answer_column="label")
+    with pytest.raises(RecipeError, match=r"no column 'label' \(answer_column\).*answer"):
+        run_prepare(tools.make_recipe(tmp_path / "out", [source]))
+
+
+# ------------------------------------------------------------------------------------------------ image lists
+
+
+def test_flat_list_of_images_with_one_image_is_the_row_image(tmp_path, tools):
+    """TRL-style copies of ChartQA store `images: list<Image>`; one image is the row's image."""
+    features = datasets.Features({"images": datasets.List(datasets.Image()), "question": datasets.Value("string"),
+                                  "answer": datasets.Value("string")})
+    rows = [
+        {"images": [tools.rgb_png(1)], "question": "one?", "answer": "a"},
+        {"images": [tools.rgb_png(2), tools.rgb_png(3)], "question": "two?", "answer": "a"},
+        {"images": [], "question": "none?", "answer": "a"},
+    ]
+    path = write_dataset(rows, features, tmp_path / "trl.parquet")
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "x.png").write_bytes(tools.rgb_png(4))
+    jsonl = tmp_path / "paths.jsonl"
+    jsonl.write_text(json.dumps({"images": ["imgs/x.png"], "question": "path?", "answer": "b"}) + "\n")
+    report, ds = prepared(tools.make_recipe(tmp_path / "out", [
+        {"data_files": [str(path)], "family": "F", "image_column": "images"},
+        {"data_files": [str(jsonl)], "family": "F", "image_column": "images"},
+    ]))
+    assert report["dropped"] == {"multi_image": 1, "image_missing": 1}
+    assert sorted(q["question"].split("\n")[0] for q in all_qa(ds)) == ["one?", "path?"]
