@@ -1,24 +1,27 @@
 """Final-answer extraction from a raw model response.
 
-Order (the first step that applies wins, later steps work on what the earlier ones kept):
-
 1. Reasoning. Everything up to and including the LAST closing reasoning tag (`</think>`, `</thinking>`,
    `</reasoning>`) is dropped. A chat template that pre-fills `<think>` leaves only the closing tag in the
    output; that case is the same rule. An opening tag that is never closed after that point means the model
    was still reasoning when it stopped (usually the token limit): no answer.
-2. `<answer>...</answer>`: the content of the last such block. An `<answer>` never closed keeps what follows
-   it (small models often stop right after the answer); a lone `</answer>` keeps what precedes it.
-3. The last `\\boxed{...}` (or `\\fbox{...}`) with balanced braces, nested braces included. A box cut off
-   before its closing brace is skipped in favour of an earlier complete one; an empty box is no answer.
-4. The last explicit final-answer phrase: "The answer is ...", "Answer: ...", "Final answer: ...",
-   "... answer would be ..." (any case, markdown bold allowed around it; the last 256 occurrences of the
-   word "answer" are examined). The answer is the rest of that line (or the next non-empty line when the
-   phrase ends its line), cut at the first sentence end (". " / "! " / "? ").
-5. Otherwise the whole remaining text.
+2. The last final-answer marker in the text wins, by position. The markers:
+   - an answer tag block `<answer>...</answer>`: its content (where the box and phrase rules apply again). An
+     `<answer>` never closed keeps what follows it (small models often stop right after the answer); a lone
+     `</answer>` keeps what precedes it. A box or phrase after the closing tag is a later marker;
+   - a `\\boxed{...}` (or `\\fbox{...}`) with balanced braces, nested braces included. A box cut off before
+     its closing brace is skipped in favour of an earlier complete one; an empty box is no answer;
+   - an explicit final-answer phrase: "The answer is ...", "Answer: ...", "Final answer: ...", "... answer
+     would be ..." (any case, markdown bold allowed around it; the last 256 occurrences of the word "answer"
+     are examined). The answer is the rest of that line (or the next non-empty line when the phrase ends its
+     line), cut at the first sentence end (". " / "! " / "? "). A phrase with nothing after it does not
+     replace a box before it. A box inside the phrase's answer ("The answer is \\boxed{5}") is the later one.
+   So intermediate boxes followed by "Final Answer: The final answer is 7" give 7.
+3. Otherwise the whole remaining text.
 
-The result is trimmed (whitespace, and markdown emphasis `*`/`_`/backticks around it); an empty result
-is no answer. Chat end markers some decoders leave at the end (`<|im_end|>`, `</s>`...) are ignored.
-Non-string input is `bad_input`. Every step is a linear scan, so very long responses cost linear time.
+Tag names match in any case (`<ANSWER>`, `</Think>`). The result is trimmed (whitespace, and markdown emphasis
+`*`/`_`/backticks around it); an empty result is no answer. Chat end markers some decoders leave at the end
+(`<|im_end|>`, `</s>`...) are ignored. Non-string input is `bad_input`. Every step is a linear scan, so very
+long responses cost linear time.
 """
 
 from __future__ import annotations
@@ -62,39 +65,41 @@ def extract_answer(response: str) -> Extraction:
         text = _strip_reasoning(text)
         if text is None:
             return _NO_ANSWER
-        if "answer>" in text:
-            text = _answer_tag_content(text)
-    if "\\" in text:
-        boxed = _last_boxed(text)
-        if boxed is not None:
-            boxed = boxed.strip()
-            return _new(Extraction, (boxed, None)) if boxed else _NO_ANSWER
-    lower_hit = text.rfind("nswer")
-    upper_hit = text.rfind("NSWER")
-    if lower_hit > 0 or upper_hit > 0:
-        phrase = _after_last_phrase(text, lower_hit, upper_hit)
-        if phrase is not None:
-            text = phrase
-    text = text.strip(_TRIM_CHARS)
+        if "<" in text:
+            lower = _ascii_lower(text)
+            if "answer>" in lower:
+                text = _answer_tag_content(text, lower)
+    answer = _last_marker_answer(text)
+    text = (text if answer is None else answer).strip(_TRIM_CHARS)
     if not text:
         return _NO_ANSWER
     return _new(Extraction, (text, None))
 
 
+def _ascii_lower(text: str) -> str:
+    """`text` with ASCII letters lowercased and every character at its place (tags are matched on this)."""
+    lower = text.lower()
+    if len(lower) != len(text):  # a few non-ASCII letters lowercase to two characters ("İ")
+        lower = text.encode("ascii", "replace").decode("ascii").lower()
+    return lower
+
+
 def _strip_reasoning(text: str) -> str | None:
     """Text after the last closing reasoning tag, end markers removed; None if reasoning never closed."""
+    lower = _ascii_lower(text)
     cut = -1
-    i = text.rfind("</think")  # </think> and </thinking>
+    i = lower.rfind("</think")  # </think> and </thinking>
     if i >= 0:
-        close = text.find(">", i)
-        if close >= 0 and text[i + 7 : close] in ("", "ing"):
+        close = lower.find(">", i)
+        if close >= 0 and lower[i + 7 : close] in ("", "ing"):
             cut = close + 1
-    i = text.rfind("</reasoning>", max(cut, 0))  # one before the last </think> would not matter
+    i = lower.rfind("</reasoning>", max(cut, 0))  # one before the last </think> would not matter
     if i >= 0:
         cut = i + 12
     if cut >= 0:
         text = text[cut:]
-    if "<think" in text or "<reasoning>" in text:
+        lower = lower[cut:]
+    if "<think" in lower or "<reasoning>" in lower:
         return None
     if text[-1:] == ">" or (
         text[-1:].isspace() and text.rstrip()[-1:] == ">"
@@ -108,20 +113,48 @@ def _strip_reasoning(text: str) -> str | None:
     return text
 
 
-def _answer_tag_content(text: str) -> str:
-    start = text.rfind("<answer>")
+def _answer_tag_content(text: str, lower: str) -> str:
+    """The content of the last answer tag block, unless a box or an answer phrase follows the block (the last
+    marker wins); `lower` is `_ascii_lower(text)`, so tags match in any case."""
+    start = lower.rfind("<answer>")
     if start >= 0:
         start += len("<answer>")
-        end = text.find("</answer>", start)
-        return text[start:] if end < 0 else text[start:end]
-    end = text.rfind("</answer>")
-    if end >= 0:
-        return text[:end]
-    return text
+        end = lower.find("</answer>", start)
+        if end < 0:
+            return text[start:]
+    else:
+        end = lower.rfind("</answer>")
+        if end < 0:
+            return text
+        start = 0
+    after = text[end + len("</answer>") :]
+    if _last_marker_answer(after) is not None:
+        return after
+    return text[start:end]
 
 
-def _last_boxed(text: str) -> str | None:
-    """Content of the last complete \\boxed{...}/\\fbox{...} in `text`, nested braces included.
+def _last_marker_answer(text: str) -> str | None:
+    """The answer the last final-answer marker of `text` gives (the last complete box, or an answer phrase after
+    it), or None when `text` has neither."""
+    start = 0
+    boxed = None
+    if "\\" in text:
+        box = _last_boxed(text)
+        if box is not None:
+            boxed, start = box
+    lower_hit = text.rfind("nswer", start)
+    upper_hit = text.rfind("NSWER", start)
+    if lower_hit > 0 or upper_hit > 0:
+        phrase = _after_last_phrase(text, lower_hit, upper_hit)
+        # A phrase with nothing after it ("... is my answer:") does not replace a box before it.
+        if phrase is not None and (boxed is None or phrase.strip(_TRIM_CHARS)):
+            return phrase
+    return boxed
+
+
+def _last_boxed(text: str) -> tuple[str, int] | None:
+    """(content, end) of the last complete \\boxed{...}/\\fbox{...} in `text`, nested braces included; `end` is
+    the index after its closing brace.
 
     Linear time even on junk like "\\boxed{" repeated: a box that opens and never closes bounds the search
     for earlier ones (an earlier box still open at that point can never close either).
@@ -138,17 +171,17 @@ def _last_boxed(text: str) -> str | None:
             fbox = text.rfind("\\fbox", 0, fbox)
         if i >= limit:
             continue
-        content, opened = _braced_content(text, end, limit)
-        if content is not None:
-            return content
+        span, opened = _braced_span(text, end, limit)
+        if span is not None:
+            return text[span[0] : span[1]], span[1] + 1
         if opened:
             limit = i
     return None
 
 
-def _braced_content(text: str, pos: int, limit: int) -> tuple[str | None, bool]:
-    """(content of the brace group opening at `pos` (after optional spaces) or None if it does not close
-    before `limit`, whether a brace group opened there at all)."""
+def _braced_span(text: str, pos: int, limit: int) -> tuple[tuple[int, int] | None, bool]:
+    """((start, end) of the content of the brace group opening at `pos` (after optional spaces), or None if it
+    does not close before `limit`; whether a brace group opened there at all)."""
     while pos < limit and text[pos] == " ":
         pos += 1
     if pos >= limit or text[pos] != "{":
@@ -167,7 +200,7 @@ def _braced_content(text: str, pos: int, limit: int) -> tuple[str | None, bool]:
             next_open = text.find("{", next_open + 1, limit)
         depth -= 1
         if depth == 0:
-            return text[start:close], True
+            return (start, close), True
         i = close + 1
 
 

@@ -8,13 +8,16 @@ pooled with rule 5's):
 
 1. The whole answer is a letter: "B", "b", "(B)", "[B]", "B.", "B)", "B:", also inside markdown/LaTeX
    ("**B**", "$B$", "\\text{B}").
-2. A leading letter form: "B) foo", "B. foo", "B: foo", "(B) foo", "b) foo". The rest is taken to restate the
-   option (it may contain capitals: "(B) Vitamin C"); only another explicit form (below, except the last
-   one) naming a different letter makes it `mc_ambiguous` ("A) red B) blue").
+2. A leading letter form: "B) foo", "B. foo", "B: foo", "(B) foo", "b) foo", and "B, foo" / "B; foo" when a
+   lowercase word other than "or"/"and"/"nor" follows ("D, it can't be A or B"; "A, B" and "A, and B" name two
+   letters). The rest is taken to restate the option or to comment on the others (it may contain capitals:
+   "(B) Vitamin C"); only another explicit form (below, except the last one) naming a different letter makes
+   it `mc_ambiguous` ("A) red B) blue").
 3. Explicit letter forms anywhere: a bracketed "(B)"/"[b]", "B)", "option B" / "choice b" / "answer is B" /
    "letter B", a capital letter ending the answer ("... so B."). Two different letters -> `mc_ambiguous`.
 4. With `options` and no letter so far: the answer equals the text of exactly one option (normalised like
-   `exact`); equal to several -> `mc_ambiguous`.
+   `exact`; a one-character answer that is not a letter, "5" among options 1, 5, 9, 10, is such a text);
+   equal to several -> `mc_ambiguous`.
 5. Bare capital letters standing alone ("I'd pick B here"), together with a letter from rule 3: only
    letters within the options' range count (A..Z without options), and "A"/"I" followed by a lowercase word
    are read as the article/pronoun unless that word is "is", "was", "or", "and"... ("A or B" has two
@@ -23,6 +26,10 @@ pooled with rule 5's):
    lies inside another found option's text does not count separately); several -> `mc_ambiguous`.
 
 Nothing found -> `mc_no_letter`. A letter outside the options' range is still a letter (a wrong answer).
+
+Negation is not read: "It can't be A or B, so C" names three letters and is `mc_ambiguous` (a rejection the
+judge can read, never a guess). A leading letter form or a final-answer phrase isolates the answer: "C, it
+can't be A or B" and "It can't be A or B, so the answer is C" are C.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ _WHOLE_RE = re.compile(r"[\(\[]?([A-Za-z])[\)\]]?[.:)]?")
 _STRONG_RE = re.compile(
     r"^[\(\[]([A-Za-z])[\)\]]"  # (B) foo
     r"|^([A-Z])[.:)](?=\s|$)"  # B. foo / B: foo / B) foo
+    r"|^([A-Z])[,;](?=\s+(?!(?:or|and|nor)\b)[a-z])"  # D, it can't be A / D; because ... (not "A, and B")
     r"|^([a-z])\)(?=\s|$)"  # b) foo
     r"|(?<![A-Za-z0-9])[\(\[]([A-Za-z])[\)\]]"  # ... (B) ...
     r"|(?<![A-Za-z0-9])([A-Z])\)"  # ... B) ...
@@ -52,7 +60,8 @@ _STRONG_RE = re.compile(
     r"|(?i:\b(?:option|choice))\s+([a-z])(?![A-Za-z0-9])"  # option b
     r"|(?<![A-Za-z0-9'’])([A-Z])[.)]?\s*$"  # ... so B.
 )
-_TRAILING_GROUP = 8  # the group of the last alternative above
+_LEADING_GROUPS = 4  # groups 1-4 are leading letter forms (rule 2)
+_TRAILING_GROUP = 9  # the group of the last alternative above
 _BARE_RE = re.compile(r"(?<![A-Za-z0-9'’\-])([A-Z])(?![A-Za-z0-9'’\-])")
 _WORD_AFTER_RE = re.compile(r"\s+([a-z]+)")
 _LETTER_WORDS = frozenset({"is", "was", "seems", "looks", "matches", "fits", "or", "and", "nor"})  # "A or B"
@@ -76,9 +85,11 @@ def option_letter(
 ) -> tuple[str | None, str | None]:
     """(letter, None) for the one option letter in `answer`, else (None, "mc_ambiguous" | "mc_no_letter")."""
     if len(answer) == 1:
-        return (
-            (answer.upper(), None) if ("A" <= answer <= "Z" or "a" <= answer <= "z") else (None, MC_NO_LETTER)
-        )
+        if "A" <= answer <= "Z" or "a" <= answer <= "z":
+            return answer.upper(), None
+        if not options:
+            return None, MC_NO_LETTER
+        # else a one-character option text ("5" among 1, 5, 9, 10): the option-text rules below decide
     # What the letter forms say depends on the answer and the number of options only: memoised on that.
     key = (answer, len(options) if options else 0)
     forms = _forms_cache.get(key)
@@ -126,7 +137,7 @@ def _letter_forms(answer: str, num_options: int) -> tuple[tuple | None, tuple | 
     for m in _STRONG_RE.finditer(text):
         kind = m.lastindex
         letter = m.group(kind).upper()
-        if kind <= 3:
+        if kind <= _LEADING_GROUPS:
             leading = letter
         elif kind < _TRAILING_GROUP or leading is None:
             letters.add(letter)

@@ -15,7 +15,10 @@ to one space).
 Unicode minus), an optional currency sign, digits with optional thousands separators in groups of three
 ("1,000", "12,345.6"; "1,5" is NOT a number), an optional decimal part and exponent ("1.5e6"), an optional
 percent sign ("%", "percent"), and an optional trailing unit of at most three short words ("kg", "km/h",
-"years old", "million"). Words for numbers ("five") are not numbers. "nan", "inf" and values that overflow
+"years old", "million"). A space separates thousands too, as in SI style and many locales ("1 000",
+"12 345.6"; a no-break or thin space becomes a space in normalisation); "1 00" and "10 0000" are not numbers.
+Reading "10 200" as two numbers would only matter if their digits, run together, happened to match the
+reference. Words for numbers ("five") are not numbers. "nan", "inf" and values that overflow
 a float are not numbers. Text longer than `MAX_NUMBER_CHARS` is never read as a number.
 """
 
@@ -52,6 +55,8 @@ def canonical_text(text: str) -> str:
 def normalize_text(text: str) -> str:
     """Lowercase, trim, drop one trailing period, after removing formatting around the answer."""
     text = canonical_text(text).strip(_TRIM_CHARS)
+    if text[-2:] == "$." and text[:1] == "$":  # "$5$." ending a sentence: the period is outside the math
+        text = text[:-1]
     if "\\" in text or text[:1] == "$":
         text = strip_latex(text)
     text = text.lower()
@@ -113,7 +118,7 @@ class Number(NamedTuple):
 
 _NUMBER_RE = re.compile(
     r"(?P<cur>[$€£¥₹])?\s*(?P<sign>[+\-−])?\s*(?P<cur2>[$€£¥₹])?\s*"
-    r"(?P<int>\d{1,3}(?:,\d{3})+|\d+)?(?P<frac>\.\d+)?(?:[eE](?P<exp>[+\-]?\d{1,4}))?"
+    r"(?P<int>\d{1,3}(?:,\d{3})+|\d{1,3}(?: \d{3})+|\d+)?(?P<frac>\.\d+)?(?:[eE](?P<exp>[+\-]?\d{1,4}))?"
     r"\s*(?P<pct>%|percent\b|per cent\b)?"
     r"(?:\s*(?P<unit>(?:°|[^\W\d_])[^\s\d]{0,15}(?:\s(?:°|[^\W\d_])[^\s\d]{0,15}){0,2}))?"
 )
@@ -146,7 +151,7 @@ def parse_number(text: str) -> Number | None:
         return None
     if currency and currency2:
         return None
-    literal = (int_part or "0").replace(",", "") + (frac or "")
+    literal = (int_part or "0").replace(",", "").replace(" ", "") + (frac or "")
     if exp is not None:
         literal += "e" + exp
     value = float(literal)

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from rsgen.verify import Extraction, extract_answer
+from rsgen.verify import Extraction, extract_answer, verify_response
 
 REASONING = "Let me count. There are 3 cubes and 2 spheres.\nSo the answer is 5? No wait, one is hidden."
 
@@ -46,7 +46,7 @@ CASES = [
     ("b</s>", "b"),
     ("b <end_of_turn>\n", "b"),
     ("b<|im_end|><|endoftext|>", "b"),
-    ("<THINK>a</THINK>b", "<THINK>a</THINK>b"),  # tags are lowercase; others are text
+    ("<THINK>a</THINK>b", "b"),  # tag names match in any case (issue #18)
     # <answer> tags
     ("<answer>C</answer>", "C"),
     ("<answer> yes </answer>", "yes"),
@@ -74,7 +74,7 @@ CASES = [
     ("\\boxed{cut off", "\\boxed{cut off"),  # no complete box: falls through to the whole text
     ("\\boxed{}", None),
     ("\\boxed{  }", None),
-    ("The answer is \\boxed{5}. The answer is 6.", "5"),  # a box beats a phrase
+    ("The answer is \\boxed{5}. The answer is 6.", "6."),  # the last marker wins, by position (issue #18)
     ("\\boxed", "\\boxed"),
     # final-answer phrases
     ("The answer is 5.", "5."),
@@ -197,3 +197,77 @@ def test_very_long_responses_take_linear_time():
     assert results[6] == Extraction(None, "no_answer")  # the box closes at once: empty
     assert results[7] == Extraction(None, "no_answer")
     assert results[8].answer.startswith("answer answer")
+
+
+# Issue #18: response shapes from other projects' test suites (lighteval, Math-Verify, lmms-eval, VLMEvalKit).
+# Class 2: tag names match in any case, answer and reasoning tags alike.
+UPPER_CASE_TAGS = [
+    ("<ANSWER> b </ANSWER>", "b"),
+    ("<Answer>12</Answer>", "12"),
+    ("<answer>5</ANSWER>", "5"),
+    ("<ANSWER>5", "5"),  # never closed: what follows
+    ("7</ANSWER>", "7"),  # only the closing tag: what precedes
+    ("<ANSWER></ANSWER>", None),
+    ("<Think>x</Think>7", "7"),
+    ("<THINK>The answer is 3.</THINK><ANSWER>7</ANSWER>", "7"),
+    ("<THINKING>x</THINKING>\n7", "7"),
+    ("<REASONING>x</REASONING> 7", "7"),
+    ("prefilled reasoning</THINK>\n\n7", "7"),
+    ("<THINK>never closed", None),
+    ("<Reasoning>never closed <ANSWER>7</ANSWER>", None),
+    ("<think>a</think>b<THINK>reopened", None),
+    ("İstanbul? <ANSWER>B</ANSWER>", "B"),  # "İ" lowercases to two characters: tag positions still hold
+    ("<think>İİİ</think><ANSWER>8</ANSWER>", "8"),
+]
+
+
+@pytest.mark.parametrize("response,expected", UPPER_CASE_TAGS, ids=[repr(c[0])[:40] for c in UPPER_CASE_TAGS])
+def test_tag_names_match_in_any_case(response, expected):
+    assert extract_answer(response).answer == expected
+    if not response.startswith("<"):
+        return
+    # The same inside reasoning of either case: reasoning is dropped first.
+    for wrapper in ("<think>" + REASONING + "</think>\n", "<THINK>" + REASONING + "</THINK>\n"):
+        if "never closed" in response or "reopened" in response:
+            assert extract_answer(wrapper + response).answer is None
+        else:
+            assert extract_answer(wrapper + response).answer == expected
+
+
+# Class 4: the marker (answer tag, box, final-answer phrase) that comes last in the text is the final answer.
+LAST_MARKER = [
+    (
+        "We add \\boxed{200} to the next row, \\boxed{255}, and carry.\n"
+        "Final Answer: The final answer is $10,455$. I hope it is correct.",
+        "$10,455$",
+    ),
+    ("\\boxed{3}\nThe answer is 4", "4"),
+    ("First \\boxed{3}. **Final answer:** 4", "4"),
+    ("The answer is 4. On reflection, \\boxed{5}", "5"),
+    ("The answer is \\boxed{5}.", "5"),  # a box inside the phrase's answer comes after the phrase
+    ("**Answer:** $\\boxed{7}$", "7"),
+    ("\\boxed{5}. That is my answer:", "5"),  # a phrase with nothing after it does not replace the box
+    ("\\boxed{5}\nAnswer:\n", "5"),
+    ("<answer>5</answer> Final answer: 6", "6"),
+    ("<answer>5</answer> then \\boxed{6}", "6"),
+    ("\\boxed{6} then <answer>5</answer>", "5"),
+    ("The answer is 6 <answer>5</answer>", "5"),
+    ("<answer>\\boxed{3} Answer: 4</answer>", "4"),
+    ("<answer>5</answer> That is my answer.", "5"),  # no phrase after the tag
+    ("Answer: 3\n\\boxed{4}", "4"),
+    ("\\boxed{\\text{Answer: 5}}", "\\text{Answer: 5}"),  # a phrase inside the box is part of the box
+    ("\\boxed{1} \\boxed{2} \\boxed{3", "2"),  # the last complete box, then no phrase
+]
+
+
+@pytest.mark.parametrize("wrapper_name,wrapper", WRAPPERS, ids=[w[0] for w in WRAPPERS])
+@pytest.mark.parametrize("response,expected", LAST_MARKER, ids=[repr(c[0])[:40] for c in LAST_MARKER])
+def test_the_last_final_answer_marker_wins(response, expected, wrapper_name, wrapper):
+    assert extract_answer(wrapper.format(answer=response)) == Extraction(expected, None)
+
+
+def test_the_last_marker_decides_the_verdict():
+    response = LAST_MARKER[0][0]
+    assert verify_response("relaxed", response, "10455").match is True
+    assert verify_response("relaxed", response, "255").match is False
+    assert verify_response("mc", "<ANSWER> b </ANSWER>", "B", options=["x", "y"]).match is True

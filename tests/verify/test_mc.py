@@ -159,3 +159,88 @@ def test_bad_options_are_bad_input(options):
 def test_mc_from_raw_responses(response, match, reason):
     decision = verify_response("mc", response, "B", options=OPTIONS)
     assert (decision.match, decision.reason) == (match, reason)
+
+
+# Issue #18: response shapes from other projects' test suites, each checked bare and inside reasoning.
+REASONING_WRAPPERS = [
+    "{answer}",
+    "<think>\nIt could be A or B, let me check (C) too.\n</think>\n\n{answer}",
+    "Let me compare the options one by one.\n</think>\n{answer}",  # template pre-filled <think>
+    "<THINK>A? B?</THINK>{answer}<|im_end|>",
+]
+
+# Class 1: a one-character option text that is not a letter. Options 1, 5, 9, 10; the reference is B ("5").
+NUMBER_OPTIONS = ["1", "5", "9", "10"]
+ONE_CHARACTER_OPTION = [
+    ("\\boxed{5}", True, None, "B"),
+    ("5", True, None, "B"),
+    ("The answer is 5", True, None, "B"),
+    ("<answer>5</answer>", True, None, "B"),
+    ("**5**", True, None, "B"),
+    ("\\boxed{9}", False, "wrong_answer", "C"),
+    ("\\boxed{1}", False, "wrong_answer", "A"),
+    ("\\boxed{10}", False, "wrong_answer", "D"),
+    ("\\boxed{7}", False, "mc_no_letter", "7"),  # not an option
+    ("\\boxed{?}", False, "mc_no_letter", "?"),
+]
+
+
+@pytest.mark.parametrize("wrapper", REASONING_WRAPPERS)
+@pytest.mark.parametrize("response,match,reason,extracted", ONE_CHARACTER_OPTION)
+def test_one_character_option_text(response, match, reason, extracted, wrapper):
+    decision = verify_response("mc", wrapper.format(answer=response), "B", options=NUMBER_OPTIONS)
+    assert tuple(decision) == (match, reason, extracted)
+
+
+def test_one_character_non_letter_without_options_is_no_letter():
+    assert option_letter("5", None) == (None, "mc_no_letter")
+    assert option_letter("+", ["+", "-"]) == ("A", None)
+    assert option_letter("-", ["+", "-"]) == ("B", None)
+
+
+# Class 3: a leading letter followed by a comma or semicolon and a comment. Reference D, four options.
+LEADING_COMMA = [
+    ("The answer: D, it doesn't make sense for it to be A or B", "D", None),
+    ("D, because the red bar is the tallest", "D", None),
+    ("D; the others are too small", "D", None),
+    ("Answer: D, not A", "D", None),
+    ("D, which is yellow", "D", None),
+    ("A, B", None, "mc_ambiguous"),  # a list of letters, not a comment
+    ("A, and B", None, "mc_ambiguous"),
+    ("D, or maybe B", None, "mc_ambiguous"),
+    ("A, B, or C", None, "mc_ambiguous"),
+    ("D, (A) also fits", None, "mc_ambiguous"),  # another explicit letter form in the comment
+    ("B, I think", "B", None),  # a capital after the comma: the bare-letter rule (I is the pronoun)
+]
+
+
+@pytest.mark.parametrize("wrapper", REASONING_WRAPPERS)
+@pytest.mark.parametrize("response,letter,reason", LEADING_COMMA, ids=[c[0][:30] for c in LEADING_COMMA])
+def test_leading_letter_with_a_comma(response, letter, reason, wrapper):
+    decision = verify_response("mc", wrapper.format(answer=response), "D", options=OPTIONS)
+    assert decision.match is (letter == "D")
+    assert decision.reason == (None if letter == "D" else reason or "wrong_answer")
+    assert decision.extracted == (letter or decision.extracted)
+
+
+# Class 5: negation is not read. Several letters are mc_ambiguous (a rejection the judge can read) unless a
+# leading letter form or a final-answer phrase isolates one. Reference C, four options.
+NEGATED_MENTION = [
+    ("It can't be A or B, so C.", False, "mc_ambiguous"),
+    ("Not A or B; C.", False, "mc_ambiguous"),
+    ("A and B are wrong, C is right", False, "mc_ambiguous"),
+    ("C, it can't be A or B", True, None),
+    ("C. It can't be A or B.", True, None),
+    ("(C) - it cannot be A or B", True, None),
+    ("It can't be A or B, so the answer is C.", True, None),
+    ("The answer is C; it can't be A or B", True, None),
+    ("It can't be A or B.\nAnswer: C", True, None),
+    ("It can't be A or B. \\boxed{C}", True, None),
+]
+
+
+@pytest.mark.parametrize("wrapper", REASONING_WRAPPERS)
+@pytest.mark.parametrize("response,match,reason", NEGATED_MENTION, ids=[c[0][:30] for c in NEGATED_MENTION])
+def test_negated_mentions_are_not_read(response, match, reason, wrapper):
+    decision = verify_response("mc", wrapper.format(answer=response), "C", options=OPTIONS)
+    assert (decision.match, decision.reason) == (match, reason)

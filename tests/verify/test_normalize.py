@@ -13,6 +13,9 @@ NORMALIZE = [
     ("`42`", "42"),
     ("$5$", "5"),
     ("$5", "$5"),  # a currency sign, not math delimiters
+    ("$5$.", "5"),  # math ending a sentence
+    ("$10,455$.", "10,455"),
+    ("$5.", "$5"),
     ("\\(x\\)", "x"),
     ("\\[x\\]", "x"),
     ("\\text{Blue}", "blue"),
@@ -68,12 +71,23 @@ NUMBERS = [
     ("0", Number(0.0, False, "", "")),
     ("٣", Number(3.0, False, "", "")),  # a decimal digit in another script
     ("1" * 18, Number(float("1" * 18), False, "", "")),
+    # a space as thousands separator (issue #18 class 5): SI style and many locales
+    ("100 000", Number(100000.0, False, "", "")),
+    ("1 000", Number(1000.0, False, "", "")),
+    ("12 345.6", Number(12345.6, False, "", "")),
+    ("-1 234 567", Number(-1234567.0, False, "", "")),
+    ("$1 000", Number(1000.0, False, "$", "")),
+    ("5 000 kg", Number(5000.0, False, "", "kg")),
+    ("2 500%", Number(2500.0, True, "", "")),
 ]
 NOT_NUMBERS = [
     "1,00",  # not groups of three: neither 1.00 nor 100
     "1,5",
     "12,34,567",
-    "100 000",
+    "1 00",  # a space separates groups of exactly three digits only (issue #18 class 5)
+    "10 0000",
+    "1,000 000",
+    "1 000,000",
     "1_000",
     "12.5.3",
     "1/2",

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from rsgen.verify import Decision, compare
+from rsgen.verify import Decision, compare, verify_response
 
 # (prediction, references, match)
 CASES = [
@@ -186,3 +186,35 @@ def test_agrees_with_the_official_metric_where_the_official_metric_is_well_defin
 def test_documented_departures_from_the_official_code(prediction, reference, official, ours):
     assert _official_relaxed_correctness(reference, prediction) is official
     assert compare("relaxed", prediction, reference).match is ours
+
+
+# Issue #18 class 5: a space separates thousands ("1 000"), as in SI style and many locales; so do a no-break
+# and a thin space. Groups of exactly three digits only. `exact` stays literal, as it is for "1,000".
+SPACE_THOUSANDS = [
+    # (prediction, reference, relaxed, numeric, exact)
+    ("1 000", "1000", True, True, False),
+    ("10 455", "10,455", True, True, False),
+    ("1\u00a0000", "1000", True, True, False),
+    ("1\u202f000", "1000", True, True, False),
+    ("1\u2009000", "1 000", True, True, True),
+    ("$1\\,000$", "1000", True, True, True),  # LaTeX thin space
+    ("12 345.6 kg", "12345.6", True, True, False),
+    ("1 000", "1 000", True, True, True),
+    ("1 050", "1000", True, False, False),  # within 5%
+    ("1 00", "100", False, False, False),  # not groups of three: text, and not equal text
+    ("10 0000", "100000", False, False, False),
+    ("2 3", "23", False, False, False),
+]
+
+
+@pytest.mark.parametrize("prediction,reference,relaxed,numeric,exact", SPACE_THOUSANDS)
+def test_space_as_thousands_separator(prediction, reference, relaxed, numeric, exact):
+    assert compare("relaxed", prediction, reference).match is relaxed
+    assert compare("numeric", prediction, reference).match is numeric
+    assert compare("exact", prediction, reference).match is exact
+    for response in (
+        f"The answer is {prediction}.",
+        f"<think>Adding 400 and 600.</think>\n\\boxed{{{prediction}}}",
+        f"<THINK>x</THINK><ANSWER>{prediction}</ANSWER>",
+    ):
+        assert verify_response("relaxed", response, reference).match is relaxed

@@ -22,8 +22,8 @@ _CITATION = """\
 
 _DESCRIPTION = """\
 Accuracy of raw model responses against official answers, with the final answer extracted first (reasoning
-in <think>...</think> dropped, then <answer>...</answer>, the last \\boxed{...}, a "The answer is ..." phrase,
-else the whole text) and compared by one of rsgen's verifiers, chosen as the configuration name:
+in <think>...</think> dropped, then the last of <answer>...</answer>, \\boxed{...} and "The answer is ..."
+phrases, else the whole text) and compared by one of rsgen's verifiers, chosen as the configuration name:
 `relaxed` (ChartQA relaxed accuracy: numbers within 5% of the reference, else normalised string equality),
 `exact` (normalised string equality), `numeric` (numbers within a tolerance), `mc` (one option letter),
 `math` (math-verify equivalence under a per-item time limit).
