@@ -52,11 +52,13 @@ class RawRow:
     qas: list[RawQA] = field(default_factory=list)
     row_reason: str | None = None  # every QA pair of the row is dropped with this reason
     where: str = ""  # position in the source: `file.jsonl:17` for local files, `train:17` for a Hub split
+    unreadable: Any = None  # the text of a record that could not be read (row_unparseable)
 
 
 @dataclass
 class _BadRecord:
     reason: str
+    text: Any = None  # what could not be read (the report shows it)
 
 
 def source_where(index: int) -> str:
@@ -174,9 +176,9 @@ def _iter_jsonl(path: str) -> Iterator[dict | _BadRecord]:
             try:
                 value = json.loads(line)
             except json.JSONDecodeError:
-                yield _BadRecord("row_unparseable")
+                yield _BadRecord("row_unparseable", line)
                 continue
-            yield value if isinstance(value, dict) else _BadRecord("row_unparseable")
+            yield value if isinstance(value, dict) else _BadRecord("row_unparseable", value)
 
 
 def _iter_json_array(path: str, chunk_chars: int = 1 << 20) -> Iterator[dict | _BadRecord]:
@@ -203,7 +205,7 @@ def _iter_json_array(path: str, chunk_chars: int = 1 << 20) -> Iterator[dict | _
                 value, end = decoder.raw_decode(buffer, pos)
             except json.JSONDecodeError:
                 if eof:
-                    yield _BadRecord("row_unparseable")  # a broken tail: count it, stop reading
+                    yield _BadRecord("row_unparseable", buffer[pos:])  # a broken tail: count it, stop reading
                     return
                 more = f.read(chunk_chars)
                 eof = not more
@@ -211,7 +213,7 @@ def _iter_json_array(path: str, chunk_chars: int = 1 << 20) -> Iterator[dict | _
                 pos = 0
                 continue
             pos = end
-            yield value if isinstance(value, dict) else _BadRecord("row_unparseable")
+            yield value if isinstance(value, dict) else _BadRecord("row_unparseable", value)
 
 
 def _iter_json(path: str) -> Iterator[dict | _BadRecord]:
@@ -228,7 +230,7 @@ def _iter_csv(path: str) -> Iterator[dict | _BadRecord]:
         delimiter = "\t" if path.endswith(".tsv") else ","
         for row in csv.DictReader(f, delimiter=delimiter):
             if None in row:  # more cells than the header has names
-                yield _BadRecord("row_unparseable")
+                yield _BadRecord("row_unparseable", row)
                 continue
             yield row
 
@@ -384,7 +386,7 @@ def iter_raw_rows(source: SourceConfig, index: int) -> Iterator[RawRow]:
         if isinstance(record, _BadRecord):
             # One unreadable record counts as one input QA pair, dropped: nothing vanishes uncounted.
             yield RawRow(row_index, where, source.family, None, bases, qas=[RawQA(None, None, None, where, None)],
-                         row_reason=record.reason, where=where)
+                         row_reason=record.reason, where=where, unreadable=record.text)
             continue
         source_key = _id_value(record.get(cols["source_id"])) if cols["source_id"] else None
         family = source.family if source.family else record.get(cols["family"])

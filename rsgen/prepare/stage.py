@@ -46,6 +46,8 @@ BATCH_IMAGES = 64  # images per batch handed to the workers
 BATCH_BYTES = 32 << 20  # ... or this many bytes of images, whichever comes first
 CACHE_IMAGES = 4096  # recent image results remembered: pools that repeat an image per question decode it once
 REPORT_NAME = "prepare_report.json"
+EXAMPLES_PER_REASON = 3  # rows the report shows for each drop reason
+SHOWN_CHARS = 200  # an example's value is cut to this length
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -83,6 +85,7 @@ class Report:
         self.source_rows = [0] * num_sources
         self.family_rows: Counter = Counter()
         self.images = {"checked": 0, "dropped": Counter(), "converted": Counter()}
+        self.examples: dict[str, list[dict]] = {}  # reason -> the first EXAMPLES_PER_REASON rows dropped for it
 
     def _tallies(self, family: str, source: int) -> tuple[Tally, ...]:
         if family not in self.families:
@@ -93,10 +96,14 @@ class Report:
         for t in self._tallies(family, source):
             t.input_qa_pairs += n
 
-    def drop(self, family: str, source: int, reason: str, n: int = 1) -> None:
+    def drop(self, family: str, source: int, reason: str, n: int = 1, *, example: dict) -> None:
+        """Count `n` QA pairs dropped for `reason`; `example` (see `example()`) says which row and what failed."""
         for t in self._tallies(family, source):
             t.dropped_qa_pairs += n
             t.dropped[reason] += n
+        shown = self.examples.setdefault(reason, [])
+        if len(shown) < EXAMPLES_PER_REASON:
+            shown.append(example)
 
     def merge(self, family: str, source: int, reason: str, n: int = 1) -> None:
         for t in self._tallies(family, source):
@@ -110,6 +117,48 @@ class Report:
     def convert(self, family: str, source: int, what: str, n: int = 1) -> None:
         for t in self._tallies(family, source):
             t.converted[what] += n
+
+
+def example(source: int, source_row_id: str, where: str, value: Any = None) -> dict:
+    """A dropped row as the report shows it: its source, its ids, and the value that failed."""
+    out = {"source": source_where(source), "source_row_id": source_row_id}
+    if where and where != source_row_id:
+        out["where"] = where
+    if value is not None:
+        out["value"] = _shown(value)
+    return out
+
+
+def _shown(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, dict):
+        return {str(k): _shown(v) for k, v in list(value.items())[:20]}
+    if isinstance(value, (list, tuple)):
+        return [_shown(v) for v in value[:20]]
+    if isinstance(value, (int, float, bool)):
+        return value
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
+
+
+def _failed_value(reason: str, qa) -> Any:
+    """The part of a raw QA pair that a text drop reason is about."""
+    if reason.startswith("question") or reason == "purity_question_pattern":
+        return qa.question
+    if reason.startswith("answer"):
+        return qa.answer
+    if reason in ("purity_source", "purity_no_source"):
+        return qa.source_label
+    return {k: v for k, v in (("question", qa.question), ("answer", qa.answer), ("options", qa.options)) if v is not None}
+
+
+def _row_value(reason: str, row: RawRow) -> Any:
+    if reason == "row_unparseable":
+        return row.unreadable
+    if reason in ("family_missing", "family_invalid"):
+        return row.family
+    return None  # multi_image, conversation_malformed: the row id says where to look
 
 
 # ------------------------------------------------------------------------------------------------ images
@@ -207,6 +256,7 @@ class Pending:
     result: ImageResult | None = None
     location: tuple[int, int] | None = None  # (offset, length) of the kept image in the pack
     recorded_path: str | None = None
+    image_shown: Any = None  # the image as the report shows it when it is dropped (its path, or its size)
 
 
 @dataclass
@@ -283,13 +333,52 @@ def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
     # No timings in the report: the same recipe gives the same prepared/ folder, byte for byte.
     out = _report_dict(recipe, report, shards, writer.rows, fingerprint)
     (partial / REPORT_NAME).write_text(json.dumps(out, indent=2, sort_keys=False) + "\n")
+    if out["kept_qa_pairs"] == 0:
+        # Nothing to generate from: stop here with what went wrong, not at the next stage with "no work".
+        # The report stays in prepared.partial/ (never swapped in, so it is not mistaken for a finished pool).
+        raise RecipeError(empty_pool_message(out, partial / REPORT_NAME))
     swap_dir_into_place(partial, layout.prepared)
     print(
         f"prepare: {writer.rows} images, {out['kept_qa_pairs']} of {out['input_qa_pairs']} QA pairs kept "
         f"({out['dropped_qa_pairs']} dropped, {out['merged_qa_pairs']} merged) in {elapsed:.1f} s -> {layout.prepared}",
         flush=True,
     )
+    if out["dropped"]:
+        print("prepare: most dropped: " + ", ".join(f"{r} {n}" for r, n in _top_reasons(out, 5))
+              + f" (examples in {layout.prepare_report})", flush=True)
     return out
+
+
+# What to look at first when every row of a pool is dropped for one of these reasons.
+HINTS = {
+    "image_file_missing": "image paths resolve against the source's data_dir, else the data file's folder",
+    "image_missing": "check image_column (the column that holds each row's image)",
+    "question_missing": "check question_column (or format: cauldron / llava for conversation pools)",
+    "answer_missing": "check answer_column",
+    "family_missing": "check family_column, or set `family: NAME`",
+    "mc_answer_not_in_options": "answers written as option indices need answer_index_base: 0 or 1",
+    "purity_question_pattern": "keep_question_patterns matches no question",
+    "purity_source": "source_allowlist matches no row's source id",
+    "row_unparseable": "the file does not parse as its extension says",
+}
+
+
+def _top_reasons(report: dict, n: int) -> list[tuple[str, int]]:
+    return sorted(report["dropped"].items(), key=lambda item: (-item[1], item[0]))[:n]
+
+
+def empty_pool_message(report: dict, report_path) -> str:
+    lines = [f"prepare: none of the {report['input_qa_pairs']} QA pairs survived cleaning, so there is nothing "
+             "to generate from. Most frequent drop reasons, with example rows:"]
+    for reason, count in _top_reasons(report, 5):
+        hint = f"  ({HINTS[reason]})" if reason in HINTS else ""
+        lines.append(f"  {reason}: {count}{hint}")
+        for ex in report["examples"].get(reason, []):
+            where = f" at {ex['where']}" if "where" in ex else ""
+            value = f": {json.dumps(ex['value'], ensure_ascii=False)}" if "value" in ex else ""
+            lines.append(f"    {ex['source']} row {ex['source_row_id']}{where}{value}")
+    lines.append(f"Every reason and its examples: {report_path}")
+    return "\n".join(lines)
 
 
 class _Pass1:
@@ -341,7 +430,8 @@ class _Pass1:
                 report.read(family, source_index, len(row.qas))
                 reason = row.row_reason or family_reason
                 if reason:
-                    report.drop(family, source_index, reason, len(row.qas))
+                    report.drop(family, source_index, reason, len(row.qas),
+                                example=example(source_index, row.source_row_id, row.where, _row_value(reason, row)))
                     continue
                 survivors = []
                 for seq, raw in zip(seqs, row.qas):
@@ -349,7 +439,8 @@ class _Pass1:
                     if isinstance(checked, CleanQA):
                         survivors.append((seq, checked, raw.source_row_id))
                     else:
-                        report.drop(family, source_index, checked.reason)
+                        report.drop(family, source_index, checked.reason, example=example(
+                            source_index, raw.source_row_id, row.where, _failed_value(checked.reason, raw)))
                 if survivors:
                     yield Pending(source_index, family, row, survivors)
         progress.close()
@@ -368,6 +459,7 @@ class _Pass1:
     def _attach_job(self, batch: Batch, pending: Pending) -> None:
         kind, payload, recorded = _image_payload(pending.row.image, pending.row.image_bases)
         pending.recorded_path = recorded
+        pending.image_shown = recorded or (f"<{len(payload)} bytes>" if kind == "bytes" else pending.row.image)
         if kind not in ("bytes", "path"):
             pending.result = ImageResult(kind)
             return
@@ -411,7 +503,8 @@ class _Pass1:
         report.images["checked"] += 1
         if result.reason:
             report.images["dropped"][result.reason] += 1
-            report.drop(family, src, result.reason, len(pending.qas))
+            report.drop(family, src, result.reason, len(pending.qas),
+                        example=self._example(pending, pending.image_shown))
             return
         image_steps = {"image_validate"}
         for conversion in result.conversions:
@@ -427,7 +520,8 @@ class _Pass1:
                 lambda ref: _existing(ref, pending.row.image_bases),
             )
             if reason:
-                report.drop(family, src, reason, len(pending.qas))
+                report.drop(family, src, reason, len(pending.qas),
+                            example=self._example(pending, pending.row.image_ref))
                 return
             image_steps.add("provenance")
         sha = result.sha256
@@ -437,7 +531,7 @@ class _Pass1:
                 report.convert(family, src, what)
             steps = sorted(qa.steps | image_steps | ({"provenance"} if source.source_id_column else set()))
             record = {
-                "seq": seq, "off": offset, "len": length, "src": src, "rid": source_row_id,
+                "seq": seq, "off": offset, "len": length, "src": src, "rid": source_row_id, "w": pending.row.where,
                 "q": qa.question, "a": qa.answers, "o": qa.options, "steps": steps,
             }
             self.qa_sorter.add(f"{family}/{sha}", record)
@@ -445,6 +539,11 @@ class _Pass1:
             # Keyed by a hash: source ids are arbitrary text, sort keys must not contain the separator.
             key = hashlib.sha256(f"{src}\n{pending.row.source_key}".encode()).hexdigest()
             self.id_sorter.add(key, {"sha": sha, "seqs": [s for s, _, _ in pending.qas]})
+
+
+    @staticmethod
+    def _example(pending: Pending, value: Any) -> dict:
+        return example(pending.source_index, pending.row.source_row_id, pending.row.where, value)
 
 
 def _existing(ref: str, bases: tuple[str, ...]) -> str | None:
@@ -470,16 +569,20 @@ def _write_rows(recipe, report: Report, qa_sorter: ExternalSorter, conflicts: se
         family, sha = key.split("/", 1)
         qas = []
         location = None
+        wheres = {}
         for _, r in group:
             location = location or (r["off"], r["len"])
             qa = SpilledQA(r["seq"], r["src"], r["rid"], r["q"], r["a"], r["o"], r["steps"])
+            wheres[qa.seq] = r["w"]
             if qa.seq in conflicts:
-                report.drop(family, qa.source_index, "provenance_source_id_conflict")
+                report.drop(family, qa.source_index, "provenance_source_id_conflict",
+                            example=example(qa.source_index, qa.source_row_id, r["w"], qa.source_row_id))
             else:
                 qas.append(qa)
         kept, dropped, merged = merge_duplicates(qas)
         for qa, reason in dropped:
-            report.drop(family, qa.source_index, reason)
+            report.drop(family, qa.source_index, reason, example=example(
+                qa.source_index, qa.source_row_id, wheres[qa.seq], {"question": qa.question, "answers": qa.answers}))
         for qa in merged:
             report.merge(family, qa.source_index, "duplicate_question")
         if not kept:
@@ -557,6 +660,7 @@ def _report_dict(recipe, report: Report, shards: list[str], rows: int, fingerpri
         "rows": rows,
         "shards": shards,
         **{k: v for k, v in total.to_dict().items()},
+        "examples": {reason: report.examples[reason] for reason in sorted(report.examples)},
         "images": {
             "checked": report.images["checked"],
             "dropped": dict(sorted(report.images["dropped"].items())),

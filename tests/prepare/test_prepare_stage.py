@@ -275,13 +275,67 @@ def test_task_purity_keeps_only_benchmark_questions(tmp_path, tools):
     assert report["families"]["CLEVRMath"]["kept_qa_pairs"] == 1
 
 
-def test_empty_pool_still_writes_a_readable_dataset(tmp_path, tools):
-    path = tmp_path / "p.jsonl"
-    path.write_text(json.dumps({"image": None, "question": "q", "answer": "a"}) + "\n")
-    recipe = tools.make_recipe(tmp_path / "out", [{"data_files": [str(path)], "family": "F"}])
-    report = run_prepare(recipe)
-    assert report["rows"] == 0 and report["dropped"] == {"image_missing": 1}
-    assert len(load_prepared(recipe.output_dir)) == 0
+def write_recipe(path, output_dir, sources) -> str:
+    import yaml
+
+    path.write_text(yaml.safe_dump({"output_dir": str(output_dir), "sources": sources, "prepare_num_proc": 1,
+                                    "model_name_or_path": "rsgen-demo"}))
+    return str(path)
+
+
+def test_pool_whose_rows_are_all_dropped_exits_2_with_examples(tmp_path, tools, pool_format, capsys):
+    from rsgen.cli import main
+
+    rows = [{"image": tools.rgb_png(i), "question": f"q{i}?", "answer": ""} for i in range(4)]
+    rows.append({"image": b"junk", "question": "bad image?", "answer": "a"})
+    source = tools.write_pool(tmp_path / "pool", pool_format, rows)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["prepare", "--config", write_recipe(tmp_path / "r.yaml", out, [source])])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    name = "metadata.jsonl" if pool_format == "imagefolder" else f"pool.{pool_format}"
+    assert "none of the 5 QA pairs survived cleaning" in err
+    assert "answer_empty: 4" in err and "image_undecodable: 1" in err
+    assert f"sources[0] row {name}:0: \"\"" in err  # the row and the value that failed
+    bad_image = "<4 bytes>" if pool_format == "parquet" else "img4.png"
+    assert f"sources[0] row {name}:4: \"{bad_image}\"" in err
+    report = json.loads((out / "prepared.partial" / "prepare_report.json").read_text())
+    assert str(out / "prepared.partial" / "prepare_report.json") in err
+    assert [e["source_row_id"] for e in report["examples"]["answer_empty"]] == [f"{name}:{i}" for i in range(3)]
+    assert not (out / "prepared").exists()  # never mistaken for a finished pool
+
+
+def test_run_stops_at_prepare_when_every_row_is_dropped(tmp_path, tools, capsys):
+    from rsgen.cli import main
+
+    # Image paths resolve against data_dir, a folder without them.
+    source = tools.write_pool(tmp_path / "pool", "csv", [{"image": tools.rgb_png(0), "question": "q?", "answer": "a"}],
+                              data_dir=str(tmp_path / "elsewhere"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--config", write_recipe(tmp_path / "r.yaml", tmp_path / "out", [source])])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "image_file_missing: 1  (image paths resolve against the source's data_dir" in err
+    assert "no generate work" not in err and "rsgen generate" not in err
+    assert not (tmp_path / "out" / "work").exists()
+
+
+def test_report_keeps_examples_per_reason(tmp_path, tools):
+    sources, dropped, _ = bad_pool(tmp_path, tools)
+    report = run_prepare(tools.make_recipe(tmp_path / "out", sources))
+    examples = report["examples"]
+    assert set(examples) == set(dropped)
+    assert all(1 <= len(examples[r]) <= min(n, 3) for r, n in dropped.items())
+    assert examples["image_file_missing"] == [
+        {"source": "sources[1]", "source_row_id": "paths.jsonl:15", "value": "missing.png"}]
+    assert examples["row_unparseable"] == [
+        {"source": "sources[1]", "source_row_id": "paths.jsonl:18", "value": "{broken json\n"}]
+    assert examples["answer_not_string"][0] == {"source": "sources[1]", "source_row_id": "paths.jsonl:8",
+                                               "value": {"text": "a"}}
+    assert examples["image_truncated"][0]["value"].endswith(" bytes>")
+    assert [(e["source_row_id"], e["where"], e["value"]["answers"]) for e in examples["duplicate_conflicting_answers"]] \
+        == [("p2", "bytes.parquet:2", ["red"]), ("p3", "bytes.parquet:3", ["blue"])]
 
 
 def test_recipe_without_sources_is_an_error(tmp_path, tools):
