@@ -5,7 +5,7 @@ both sides of a comparison: NFC composition (the same letter typed as one code p
 mark compares equal) and removal of invisible marks (zero-width spaces and joiners, bidi controls, the BOM,
 soft hyphens) that copy-pasted text carries and that would make a right answer compare wrong.
 
-`normalize_text` is the seed card's normalisation -- lowercase, trim, drop one trailing period -- plus a few
+`normalize_text` is relaxed accuracy's string rule -- lowercase, trim, drop one trailing period -- plus a few
 cleanups that only remove formatting a model adds around an answer:
 markdown emphasis around it (`**5**`), `$...$` math delimiters, a whole-answer `\\text{...}` / `\\mathrm{...}`
 / `\\textbf{...}` / `\\boxed{...}` wrapper, LaTeX escapes `\\%` and `\\$`, and runs of whitespace (collapsed

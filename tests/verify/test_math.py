@@ -32,7 +32,7 @@ EQUIVALENT = [
     ("1,000", "1000", True),  # plain numbers of equal value: no worker needed
     ("1000.0", "1000", True),
     ("10", "1000", False),
-    ("\\frac{L}{n}", "\\frac{L}{n-1}", False),  # the seed card's example
+    ("\\frac{L}{n}", "\\frac{L}{n-1}", False),  # a near miss: n against n-1
     ("B", "b", True),  # equal after normalisation
     ("hello", "world", False),
     ("3", ["4", "\\frac{6}{2}"], True),
