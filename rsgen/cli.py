@@ -1,9 +1,16 @@
-"""The `rsgen` command line. Thin: parse the recipe, then hand it to a stage's `run_*` function."""
+"""The `rsgen` command line. Thin: parse the recipe, then hand it to a stage's `run_*` function.
+
+A bad recipe, model, output directory or missing input is one line on stderr from the main process and exit code
+2 (`--debug` shows the traceback instead); messages go through `logging` at `--log_level`, and the other
+processes of a multi-process run report warnings only.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
+import os
 import sys
 
 from rsgen.config import (
@@ -35,8 +42,15 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log_level", "--log-level", default="info", choices=LOG_LEVELS,
+                        help="level of rsgen's messages (default: info; transformers and datasets: warning unless "
+                             "this is higher; processes other than the main one: warning)")
+    common.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+
     def add_recipe_command(name: str, help_text: str):
-        p = sub.add_parser(name, help=help_text, usage=f"rsgen {name} --config RECIPE [--KEY VALUE ...]", epilog=_source_keys_help() + "\n" + EPILOG,
+        p = sub.add_parser(name, help=help_text, usage=f"rsgen {name} --config RECIPE [--KEY VALUE ...]",
+                           epilog=_source_keys_help() + "\n" + EPILOG, parents=[common],
                            formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
         p.add_argument("--config", required=True, help="recipe YAML file (see recipes/)")
         _add_recipe_keys(p)
@@ -48,13 +62,14 @@ def _build_parser() -> argparse.ArgumentParser:
     add_recipe_command("judge", "re-examine verifier rejections with the model as a text-only judge (resumable)")
     add_recipe_command("emit", "write the dataset splits, TRL views, stats.json and the card")
 
-    demo = sub.add_parser("demo", help="the whole pipeline on the embedded demo pool and the shipped demo model")
+    demo = sub.add_parser("demo", help="the whole pipeline on the embedded demo pool and the shipped demo model",
+                          parents=[common])
     demo.add_argument("--output-dir", "--output_dir", dest="output_dir", default="runs/demo")
     demo.add_argument("--num-images", "--num_images", dest="num_images", type=int, default=None,
                       help="images in the freshly drawn demo pool (default: the demo recipe's)")
     demo.add_argument("--seed", type=int, default=None, help="pool seed (default: one the model never saw)")
 
-    card = sub.add_parser("card", help="re-render OUTPUT_DIR/dataset/README.md from what is on disk")
+    card = sub.add_parser("card", help="re-render OUTPUT_DIR/dataset/README.md from what is on disk", parents=[common])
     card.add_argument("output_dir")
     return parser
 
@@ -88,9 +103,43 @@ def _recipe_overrides(args: argparse.Namespace, rest: list[str]) -> dict:
     return {**overrides, **parse_overrides(rest)}
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def is_main_process() -> bool:
+    """Rank 0 of a launch (`accelerate launch` / torchrun set RANK), or a single process. Read from the
+    environment: errors can come before the distributed state exists."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def setup_logging(level: str, is_main: bool) -> None:
+    """rsgen's messages at `level` on the main process, warnings only elsewhere. transformers and datasets log at
+    warning (or `level` when higher); processes other than the main one draw no progress bars."""
+    import datasets
+    import huggingface_hub
+    import transformers
+
+    value = getattr(logging, level.upper()) if is_main else logging.WARNING
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+    logger = logging.getLogger("rsgen")
+    logger.handlers[:] = [handler]
+    logger.setLevel(value)
+    logger.propagate = False
+    libraries = max(value, logging.WARNING)
+    transformers.utils.logging.set_verbosity(libraries)
+    datasets.utils.logging.set_verbosity(libraries)
+    if not is_main:
+        transformers.utils.logging.disable_progress_bar()
+        datasets.disable_progress_bars()
+        huggingface_hub.utils.disable_progress_bars()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = _build_parser()
     args, rest = parser.parse_known_args(argv)
+    is_main = is_main_process()
+    setup_logging(args.log_level, is_main)
     try:
         if args.command == "card":
             if rest:
@@ -118,8 +167,15 @@ def main(argv: list[str] | None = None) -> None:
 
             run_stage(args.command, recipe)
     except RecipeError as err:
-        print(f"rsgen: error: {err}", file=sys.stderr)
+        if args.debug:
+            raise
+        if is_main:
+            print(f"rsgen: error: {_one_line(str(err))}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
 
 
 if __name__ == "__main__":

@@ -298,7 +298,13 @@ def load_recipe(path: str | os.PathLike | None, overrides: dict[str, Any] | list
         p = Path(path)
         if not p.is_file():
             raise RecipeError(f"recipe file {str(p)!r} does not exist")
-        raw = yaml.safe_load(p.read_text()) or {}
+        try:
+            raw = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
+            problem = " ".join(str(getattr(err, "problem", None) or err).split())
+            raise RecipeError(f"{where}: YAML syntax error ({problem}); fix that line of the recipe") from err
         if not isinstance(raw, dict):
             raise RecipeError(f"recipe {str(p)!r} must be a YAML mapping of keys to values")
     if isinstance(overrides, list):

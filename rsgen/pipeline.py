@@ -17,12 +17,16 @@ from accelerate import PartialState
 
 from rsgen.config import RecipeConfig, RecipeError
 from rsgen.emit import run_emit
-from rsgen.engine import resolve_model_path
+from rsgen.emit.stats import written_kinds
+from rsgen.engine import check_engine, resolve_model_path
 from rsgen.generate import run_generate
 from rsgen.judge import run_judge
 from rsgen.layout import OutputLayout
 from rsgen.prepare import run_prepare
+from rsgen.schema import prepared_shards
 from rsgen.store import distributed_state
+
+STAGES = ("prepare", "generate", "judge", "emit")
 
 # Keys whose change invalidates finished work in an existing output directory.
 PINNED_KEYS = (
@@ -129,7 +133,45 @@ def _mark_stage(recipe: RecipeConfig, stage: str, started: str) -> None:
     _write_json(layout.run_json, run)
 
 
-def run_stage(name: str, recipe: RecipeConfig, state: PartialState | None = None) -> None:
+def check_output_dir(output_dir: str) -> None:
+    """The output directory can be written (checked on the nearest existing folder; nothing is created)."""
+    path = os.path.abspath(output_dir)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise RecipeError(f"output_dir {output_dir!r} is a file, not a directory; set output_dir to a directory")
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+        raise RecipeError(f"output_dir {output_dir!r} cannot be written ({existing!r} is not writable): set "
+                          "output_dir to a folder you can write, or fix its permissions")
+
+
+def check_before_work(recipe: RecipeConfig, stages: tuple[str, ...]) -> None:
+    """What can be known wrong before any work, each a one-line RecipeError naming the value and the fix: the
+    models of the stages to run (config only), the output directory, the prepared pool a later stage reads, the
+    emitted views, the Hub access of a push. Creates nothing."""
+    if "generate" in stages:
+        check_engine(recipe, "generate")
+    if "judge" in stages and recipe.judge:
+        check_engine(recipe, "judge")
+    check_output_dir(recipe.output_dir)
+    if "prepare" not in stages and not prepared_shards(recipe.output_dir):
+        prepared = OutputLayout(recipe.output_dir).prepared
+        raise RecipeError(f"no prepared pool in {str(prepared)!r}: run `rsgen prepare --config RECIPE` first "
+                          "(or check output_dir)")
+    if "emit" in stages:
+        written_kinds(recipe.views)
+        if recipe.push_to_hub:
+            from rsgen.emit.push import check_hub_access
+
+            check_hub_access(recipe)
+
+
+def run_stage(name: str, recipe: RecipeConfig, state: PartialState | None = None, checked: bool = False) -> None:
+    if name not in STAGES:
+        raise RecipeError(f"unknown stage {name!r}; choose one of {', '.join(STAGES)}")
+    if not checked:
+        check_before_work(recipe, (name,))
     state = state or distributed_state()
     if name == "prepare" or name == "generate":
         check_and_write_run_json(recipe, state)
@@ -145,8 +187,6 @@ def run_stage(name: str, recipe: RecipeConfig, state: PartialState | None = None
     elif name == "emit":
         if state.is_main_process:
             run_emit(recipe)
-    else:
-        raise RecipeError(f"unknown stage {name!r}")
     state.wait_for_everyone()
     if state.is_main_process and OutputLayout(recipe.output_dir).run_json.exists():
         _mark_stage(recipe, name, started)
@@ -154,12 +194,8 @@ def run_stage(name: str, recipe: RecipeConfig, state: PartialState | None = None
 
 
 def run_pipeline(recipe: RecipeConfig) -> None:
+    check_before_work(recipe, STAGES)  # a wrong model or output_dir fails here, before prepare
     state = distributed_state()
-    if recipe.push_to_hub:
-        # Fail before any model work when the upload cannot happen.
-        from rsgen.emit.push import check_hub_access
-
-        check_hub_access(recipe)
     check_and_write_run_json(recipe, state)
-    for stage in ("prepare", "generate", "judge", "emit"):
-        run_stage(stage, recipe, state)
+    for stage in STAGES:
+        run_stage(stage, recipe, state, checked=True)

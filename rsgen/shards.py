@@ -18,10 +18,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from datasets import Features
-from datasets import config as datasets_config
-from datasets.arrow_writer import get_parquet_column_options
+from datasets import Features, Image
 
+# `datasets`' content-defined chunking options (its config.DEFAULT_CDC_OPTIONS, copied: a private constant).
+CDC_OPTIONS = {"min_chunk_size": 256 * 1024, "max_chunk_size": 1024 * 1024, "norm_level": 0}
 ROW_GROUP_BYTES = 100 * 2**20  # `datasets`' own target for row groups (the Hub viewer reads one at a time)
 ROW_GROUP_MAX_ROWS = 10_000
 
@@ -38,6 +38,41 @@ def estimated_bytes(row: dict[str, Any]) -> int:
     """Approximate serialised size of a row (pickle is a fast C walk of the nested values; images dominate real
     shards, so an estimate of the text is enough)."""
     return len(pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _holds_images(feature: Any) -> bool:
+    if isinstance(feature, Image):
+        return True
+    if isinstance(feature, dict):
+        return any(_holds_images(f) for f in feature.values())
+    inner = getattr(feature, "feature", None)  # List / Sequence / LargeList
+    return inner is not None and _holds_images(inner)
+
+
+def column_options(features: Features, schema: pa.Schema) -> dict[str, Any]:
+    """Per-leaf-column parquet options as `datasets` 5 writes them: the leaves of a column holding images (bytes
+    already compressed) stored PLAIN without compression or dictionary; every other leaf snappy with a
+    dictionary. Parquet matches options against leaf paths (`qa.list.element.question`), not top-level names."""
+
+    def leaves(path: str, pa_type: pa.DataType) -> list[str]:
+        if isinstance(pa_type, pa.ExtensionType):
+            pa_type = pa_type.storage_type
+        if pa.types.is_struct(pa_type):
+            return [leaf for f in pa_type for leaf in leaves(f"{path}.{f.name}", f.type)]
+        if pa.types.is_list(pa_type) or pa.types.is_large_list(pa_type) or pa.types.is_fixed_size_list(pa_type):
+            return leaves(f"{path}.list.element", pa_type.value_type)
+        return [path]
+
+    compression, use_dictionary, column_encoding = {}, [], {}
+    for field in schema:
+        images = _holds_images(features[field.name])
+        for path in leaves(field.name, field.type):
+            if images:
+                compression[path], column_encoding[path] = "none", "PLAIN"
+            else:
+                compression[path] = "snappy"
+                use_dictionary.append(path)
+    return {"compression": compression, "use_dictionary": use_dictionary, "column_encoding": column_encoding}
 
 
 class ParquetShardWriter:
@@ -75,9 +110,9 @@ class ParquetShardWriter:
 
     def _open_shard(self) -> None:
         path = self.directory / f".part-{self.prefix}-{len(self._parts):05d}.parquet"
-        cdc = datasets_config.DEFAULT_CDC_OPTIONS
+        cdc = CDC_OPTIONS
         self._writer = pq.ParquetWriter(path, self.schema, use_content_defined_chunking=cdc, write_page_index=True,
-                                        **get_parquet_column_options(self.features, self.schema))
+                                        **column_options(self.features, self.schema))
         self._writer.add_key_value_metadata({"content_defined_chunking": json.dumps(cdc)})
         self._parts.append(path)
         self._shard_bytes = 0

@@ -75,3 +75,85 @@ def test_abbreviated_key_is_not_guessed(tmp_path):
     with pytest.raises(SystemExit) as exit_:
         main(["prepare", "--config", str(recipe), "--max_new", "5"])
     assert exit_.value.code == 2
+
+
+# ------------------------------------------------------------------ one-line errors before any work
+
+
+def _recipe(tmp_path, text="", **keys):
+    path = tmp_path / "r.yaml"
+    lines = [f"output_dir: {tmp_path / 'out'}", "sources:", "  - dataset_name: rsgen-demo", "    family_column: family",
+             "    demo_num_images: 2"] + [f"{k}: {v}" for k, v in keys.items()]
+    path.write_text("\n".join(lines) + "\n" + text)
+    return path
+
+
+def _one_line_error(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("rsgen: error: ") and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def text_lm(tmp_path_factory):
+    from rsgen.testing.zoo import build_tiny_text_lm
+
+    return build_tiny_text_lm(tmp_path_factory.mktemp("text_lm"))
+
+
+def test_a_model_that_is_not_a_vlm_fails_before_prepare(tmp_path, capsys, text_lm):
+    err = _one_line_error(capsys, ["run", "--config", str(_recipe(tmp_path, model_name_or_path=text_lm))])
+    assert repr(text_lm) in err and "is not an image-text-to-text model" in err and "set model_name_or_path" in err
+    assert not (tmp_path / "out").exists()  # nothing created, prepare never started
+
+
+def test_a_missing_model_or_judge_model_path(tmp_path, capsys):
+    missing = str(tmp_path / "no-such-model")
+    err = _one_line_error(capsys, ["generate", "--config", str(_recipe(tmp_path)), "--model_name_or_path", missing])
+    assert repr(missing) in err and "no such local directory" in err
+    err = _one_line_error(capsys, ["run", "--config", str(_recipe(tmp_path)), "--judge_model_name_or_path", missing])
+    assert repr(missing) in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_yaml_syntax_error_names_file_and_line(tmp_path, capsys):
+    path = _recipe(tmp_path, text="judge: true\n  seed: 1\nmax_new_tokens: 5\n")  # line 7 is indented by mistake
+    err = _one_line_error(capsys, ["run", "--config", str(path)])
+    assert f"{path}:7: YAML syntax error (mapping values are not allowed here)" in err
+
+
+def test_an_unwritable_output_dir(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("x")
+    out = tmp_path / "a-file" / "out"
+    err = _one_line_error(capsys, ["prepare", "--config", str(_recipe(tmp_path)), "--output_dir", str(out)])
+    assert repr(str(out)) in err and "cannot be written" in err
+
+
+def test_a_missing_prepared_pool(tmp_path, capsys):
+    for stage in ("judge", "emit"):
+        err = _one_line_error(capsys, [stage, "--config", str(_recipe(tmp_path))])
+        assert "no prepared pool" in err and "rsgen prepare" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path, text_lm):
+    from rsgen.engine import ModelLoadError
+
+    with pytest.raises(ModelLoadError):
+        main(["run", "--config", str(_recipe(tmp_path, model_name_or_path=text_lm)), "--debug"])
+
+
+@pytest.mark.slow
+def test_under_accelerate_the_error_is_printed_once(tmp_path):
+    missing = str(tmp_path / "no-such-model")
+    cmd = ["accelerate", "launch", "--config_file", str(ROOT / "accelerate_configs" / "cpu_2proc.yaml"),
+           "--main_process_port", "29677", "-m", "rsgen", "run", "--config", str(_recipe(tmp_path)),
+           "--model_name_or_path", missing]
+    out = run(cmd, tmp_path)
+    assert out.returncode != 0
+    assert out.stderr.count("rsgen: error: ") == 1, out.stderr
+    assert "Traceback" not in out.stderr.split("rsgen: error: ")[0] + out.stderr.split("\n", 1)[0]
+    assert not (tmp_path / "out").exists()

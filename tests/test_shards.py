@@ -75,3 +75,19 @@ def test_swap_replaces_a_folder_whole(tmp_path):
     new.mkdir()
     swap_dir_into_place(new, final)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset"]
+
+
+def test_image_columns_are_stored_plain_and_text_columns_compressed(tmp_path):
+    """The per-column options `datasets` 5 writes with (no compression for already-compressed image bytes)."""
+    writer = ParquetShardWriter(tmp_path, PREPARED_FEATURES, "data", max_shard_bytes=10**9)
+    for i in range(3):
+        writer.add(row(i, rgb_png(i)))
+    (path,) = writer.close()
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    columns = {group.column(c).path_in_schema: group.column(c) for c in range(group.num_columns)}
+    for name in ("image.bytes", "image.path"):
+        assert columns[name].compression == "UNCOMPRESSED"
+        assert "PLAIN_DICTIONARY" not in columns[name].encodings and "RLE_DICTIONARY" not in columns[name].encodings
+    for name in ("image_sha256", "qa.list.element.question", "clean_meta.source_dataset"):
+        assert columns[name].compression == "SNAPPY", name
+        assert "RLE_DICTIONARY" in columns[name].encodings or "PLAIN_DICTIONARY" in columns[name].encodings, name

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -53,8 +54,11 @@ BATCH_ROWS = 64  # prepared rows read per batch (bounded by image bytes, not by 
 _CONFIG_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+logger = logging.getLogger(__name__)
+
+
 def _log(message: str) -> None:
-    print(f"[rsgen emit] {message}", flush=True)
+    logger.info(message)
 
 
 def config_prefix(family: str) -> str:

@@ -14,8 +14,15 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from rsgen.config import RecipeError
 from rsgen.engine.base import ChatRequest, Engine, EngineStats, GenerationResult
-from rsgen.engine.models import DEMO_MODEL, demo_model_path, resolve_model_path
+from rsgen.engine.models import (
+    DEMO_MODEL,
+    ModelLoadError,
+    check_model_config,
+    demo_model_path,
+    resolve_model_path,
+)
 
 # recipe `engine` value -> "module:factory"; the factory takes (EngineSpec, device) and returns an Engine.
 ENGINES = {
@@ -89,11 +96,21 @@ def judge_model_name(recipe) -> str:
     return recipe.judge_model_name_or_path or recipe.model_name_or_path
 
 
+def check_engine(recipe, role: str) -> None:
+    """Before any work: the recipe's engine exists and the model of `role` is one it can load (config only).
+    Raises a one-line RecipeError (ModelLoadError) naming the value and the fix."""
+    name = getattr(recipe, "engine", "transformers")
+    if name not in ENGINES:
+        raise RecipeError(f"unknown engine {name!r}; choose one of {', '.join(sorted(ENGINES))}")
+    spec = engine_spec(recipe, role)
+    check_model_config(spec.model_name_or_path, spec.revision, spec.trust_remote_code, allow_text_only=role == "judge")
+
+
 def build_engine(recipe, role: str, device=None) -> Engine:
     """Load the model of `role` and return the engine the recipe's `engine` key names."""
     name = getattr(recipe, "engine", "transformers")
     if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(sorted(ENGINES))}")
+        raise RecipeError(f"unknown engine {name!r}; choose one of {', '.join(sorted(ENGINES))}")
     module, _, attr = ENGINES[name].partition(":")
     factory: Any = importlib.import_module(module)
     for part in attr.split("."):
@@ -109,7 +126,9 @@ __all__ = [
     "EngineSpec",
     "EngineStats",
     "GenerationResult",
+    "ModelLoadError",
     "build_engine",
+    "check_engine",
     "demo_model_path",
     "engine_spec",
     "judge_model_name",

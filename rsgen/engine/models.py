@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from rsgen.config import DEMO_MODEL
+from rsgen.config import DEMO_MODEL, RecipeError
 from rsgen.engine.processors import needs_video_processor, processor_class_without_video
 
 logger = logging.getLogger(__name__)
@@ -32,8 +32,9 @@ _DTYPES = {
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
-class ModelLoadError(ValueError):
-    """A model or processor rsgen cannot use; the message names the model and the fix."""
+class ModelLoadError(RecipeError):
+    """A model or processor rsgen cannot use; the message names the model and the fix. (A RecipeError: the
+    command line prints it as one line.)"""
 
 
 def demo_model_path() -> Path:
@@ -146,6 +147,16 @@ def load_config(name_or_path: str, revision: str | None = None, trust_remote_cod
         else:
             fix = "check the model id (and revision), your network and, for gated models, your Hub login"
         raise ModelLoadError(f"model {name_or_path!r} could not be found: {fix}. ({error})") from error
+
+
+def check_model_config(name_or_path: str, revision: str | None = None, trust_remote_code: bool = False,
+                       allow_text_only: bool = False) -> None:
+    """What `load_model_and_processor` checks before loading weights, alone: the model exists and is an
+    image-text-to-text model (or, with `allow_text_only`, a text causal LM). Reads config.json only, so a run can
+    refuse a wrong model in seconds, before any other work."""
+    config = load_config(resolve_model_path(name_or_path), revision=revision, trust_remote_code=trust_remote_code)
+    if not (allow_text_only and is_text_causal_lm(config, trust_remote_code)):
+        check_image_text_to_text(name_or_path, config, trust_remote_code, allow_text_only)
 
 
 def is_text_causal_lm(config, trust_remote_code: bool) -> bool:
