@@ -121,8 +121,10 @@ class RecipeConfig:
     judge_chat_template_kwargs: dict[str, Any] = field(default_factory=dict, metadata={"stage": "judge", "help": "chat template keyword arguments of the judge (not inherited from generation)"})
     judge_prompt_file: str | None = field(default=None, metadata={"stage": "judge", "help": "null = the template shipped in rsgen/judge/"})
     judge_max_new_tokens: int = field(default=1024, metadata={"stage": "judge", "help": "most tokens of one verdict"})
-    judge_calibration_size: int = field(default=60, metadata={"stage": "judge", "help": "verifier-accepted items the judge is calibrated on"})
+    judge_calibration_size: int = field(default=60, metadata={"stage": "judge", "help": "verifier-accepted pairs the judge is calibrated on, and known-wrong pairs per family"})
     judge_calibration_seed: int = field(default=0, metadata={"stage": "judge", "help": "seed drawing the calibration items"})
+    judge_scope: str = field(default="undecided", metadata={"stage": "judge", "help": "undecided: decisive mismatches (numbers outside the tolerance, different option letters) stay wrong_answer without the judge; all: judge them too"})
+    judge_min_specificity: float = field(default=0.95, metadata={"stage": "judge", "help": "leniency gate: in a family whose judge rejects fewer known-wrong pairs, its promotions are withheld (0 = off)"})
 
     shard_size_mb: int = field(default=500, metadata={"stage": "emit", "help": "parquet shard size of prepared/ and dataset/"})
     views: list[str] | None = field(default=None, metadata={"stage": "emit", "help": "TRL views written next to the three splits, e.g. [sft] (null = all: sft, dpo); each view stores its images again"})
@@ -250,6 +252,13 @@ def validate_recipe(recipe: RecipeConfig) -> None:
         raise RecipeError(f"num_samples must be >= 1, got {recipe.num_samples}")
     if recipe.num_samples > 1 and recipe.temperature == 0:
         raise RecipeError("num_samples > 1 needs sampling: set temperature > 0 (greedy gives the same answer each time)")
+    if recipe.judge_scope not in ("undecided", "all"):
+        raise RecipeError(f"judge_scope must be undecided or all, got {recipe.judge_scope!r}")
+    if not 0 <= recipe.judge_min_specificity <= 1:
+        raise RecipeError(f"judge_min_specificity must be between 0 and 1 (0 turns the gate off), "
+                          f"got {recipe.judge_min_specificity!r}")
+    if recipe.judge_calibration_size < 0:
+        raise RecipeError(f"judge_calibration_size must be >= 0, got {recipe.judge_calibration_size}")
     if recipe.push_to_hub and not recipe.hub_dataset_id:
         raise RecipeError("push_to_hub: true needs hub_dataset_id: USER/NAME")
     from rsgen.verify import VERIFIERS  # late import: verify imports nothing from config

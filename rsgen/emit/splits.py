@@ -18,12 +18,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsgen.config import RecipeError
-from rsgen.routing import CALIBRATION_PREFIX, JudgeMissingError, needs_judging, route
+from rsgen.routing import (
+    CALIBRATION_PREFIX,
+    CORRECT,
+    KNOWN_WRONG_PREFIX,
+    WITHHELD,
+    WRONG,
+    JudgeMissingError,
+    goes_to_judge,
+    judge_trusted,
+    needs_judging,
+    route,
+)
 from rsgen.store import CheckpointStore
 
 # Generate-record fields emit keeps in memory (the rest of a record is not needed).
-_KEPT_FIELDS = ("id", "sample", "question", "response", "extracted", "match", "reason", "verifier",
+_KEPT_FIELDS = ("id", "sample", "family", "question", "response", "extracted", "match", "reason", "verifier",
                 "prompt_tokens", "generated_tokens", "hit_limit")
+
+
+SPOT_CHECKS = 10  # promoted pairs per family listed on the card for a reader to check
 
 
 class EmitError(RecipeError):
@@ -40,7 +54,10 @@ class PairOutcome:
     via: str  # "verifier" | "judge" when accepted, "rejected" otherwise
     response: str | None  # the accepted sample's full output (reasoning included)
     wrong_vlm: str | None  # rejected: sample 0's extracted final answer (None when there was none)
-    reason: str | None  # rejected: wrong_answer | judge_unsure | no_answer | the verifier's reason
+    reason: str | None  # rejected: wrong_answer | judge_unsure | judge_withheld | no_answer | the verifier's reason
+    paths: tuple[str, ...] = ()  # per sample: verifier (matched) | decisive | judge (graded) | unjudged
+    withheld: int = 0  # samples whose CORRECT the leniency gate withheld
+    promoted: str | None = None  # accepted by the judge: the candidate it promoted
 
 
 @dataclass
@@ -52,9 +69,14 @@ class WorkRecords:
     calibration: dict[str, dict[str, Any]]  # generate key -> calibration judge record
     judge_enabled: bool
     num_samples: int
+    known_wrong: dict[str, dict[str, Any]] = field(default_factory=dict)  # QA id -> known-wrong judge record
+    judge_scope: str = "undecided"
+    numeric_tolerance: float | None = None
+    min_specificity: float = 0.95
 
     @classmethod
-    def load(cls, generate_dir, judge_dir, *, judge_enabled: bool, num_samples: int) -> WorkRecords:
+    def load(cls, generate_dir, judge_dir, *, judge_enabled: bool, num_samples: int, judge_scope: str = "undecided",
+             numeric_tolerance: float | None = None, min_specificity: float = 0.95) -> WorkRecords:
         samples: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for rec in CheckpointStore(generate_dir).iter_records():
             kept = {k: rec.get(k) for k in _KEPT_FIELDS}
@@ -64,14 +86,31 @@ class WorkRecords:
             recs.sort(key=lambda r: (r["sample"] or 0))
         judge: dict[str, dict[str, Any]] = {}
         calibration: dict[str, dict[str, Any]] = {}
+        known_wrong: dict[str, dict[str, Any]] = {}
         if judge_enabled:
             for rec in CheckpointStore(judge_dir).iter_records():
-                slim = {k: rec.get(k) for k in ("key", "id", "kind", "verdict", "generated_tokens", "prompt_tokens")}
+                slim = {k: rec.get(k) for k in ("key", "id", "kind", "family", "verdict", "generated_tokens",
+                                                "prompt_tokens", "reference", "candidate")}
                 if rec["key"].startswith(CALIBRATION_PREFIX):
                     calibration[rec["key"][len(CALIBRATION_PREFIX):]] = slim
+                elif rec["key"].startswith(KNOWN_WRONG_PREFIX):
+                    known_wrong[rec["key"][len(KNOWN_WRONG_PREFIX):]] = slim
                 else:
                     judge[rec["key"]] = slim
-        return cls(dict(samples), judge, calibration, judge_enabled, num_samples)
+        return cls(dict(samples), judge, calibration, judge_enabled, num_samples, known_wrong, judge_scope,
+                   numeric_tolerance, min_specificity)
+
+    def known_wrong_counts(self, family: str) -> tuple[int, int]:
+        """(known-wrong pairs the judge called WRONG, known-wrong pairs judged) in `family`."""
+        verdicts = [rec["verdict"] for rec in self.known_wrong.values() if rec["family"] == family]
+        return sum(v == WRONG for v in verdicts), len(verdicts)
+
+    def trusted(self, family: str) -> bool:
+        """Whether `family` passes the leniency gate (its judge promotions count)."""
+        cache = self.__dict__.setdefault("_trusted", {})
+        if family not in cache:
+            cache[family] = judge_trusted(*self.known_wrong_counts(family), self.min_specificity)
+        return cache[family]
 
     def judge_needed(self) -> bool:
         """Whether any sample is one the judge must grade (verifier rejection with an extractable answer)."""
@@ -98,18 +137,33 @@ def route_pair(qa: dict[str, Any], work: WorkRecords) -> PairOutcome:
                 f"(prepared {qa['question']!r}, generate record {rec['key']!r} has {rec['question']!r}); "
                 "the work files belong to another prepared pool"
             )
-    try:
-        decisions = [route(rec, work.judge.get(rec["key"]), work.judge_enabled) for rec in samples]
-    except JudgeMissingError as err:
-        raise EmitError(str(err)) from err
+    paths = []
+    decisions = []
+    for rec in samples:
+        judged = goes_to_judge(rec, qa["answers"], qa.get("options"), work.judge_scope, work.numeric_tolerance)
+        if rec["match"]:
+            paths.append("verifier")
+        elif work.judge_enabled and judged:
+            paths.append("judge")
+        elif work.judge_enabled and needs_judging(rec):
+            paths.append("decisive")
+        else:
+            paths.append("unjudged")
+        try:
+            decisions.append(route(rec, work.judge.get(rec["key"]), work.judge_enabled, judged=judged,
+                                   trusted=work.trusted(rec.get("family") or "") if judged else True))
+        except JudgeMissingError as err:
+            raise EmitError(str(err)) from err
+    withheld = sum(reason == WITHHELD for _, reason in decisions)
     for rec, (accepted, _reason) in zip(samples, decisions):
         if accepted:
             via = "verifier" if rec["match"] else "judge"
-            return PairOutcome(qa_id, True, via, rec["response"], None, None)
+            promoted = rec["extracted"] if via == "judge" else None
+            return PairOutcome(qa_id, True, via, rec["response"], None, None, tuple(paths), withheld, promoted)
     first = samples[0]
     reason = decisions[0][1] or "wrong_answer"
     wrong = first["extracted"] if reason != "no_answer" else None
-    return PairOutcome(qa_id, False, "rejected", None, wrong, reason)
+    return PairOutcome(qa_id, False, "rejected", None, wrong, reason, tuple(paths), withheld)
 
 
 @dataclass
@@ -125,8 +179,13 @@ class FamilyRouting:
     rejected_reasons: Counter = field(default_factory=Counter)
     judge_verdicts: Counter = field(default_factory=Counter)  # over judged samples
     judge_generated_tokens: int = 0
+    judge_paths: Counter = field(default_factory=Counter)  # samples by path: verifier, decisive, judge, unjudged
+    judge_withheld: int = 0  # samples whose CORRECT the leniency gate withheld
+    promotions: list[dict[str, str]] = field(default_factory=list)  # up to SPOT_CHECKS promoted pairs
     calibration_agreed: int = 0
     calibration_total: int = 0
+    known_wrong_rejected: int = 0
+    known_wrong_total: int = 0
     samples: int = 0
     prompt_tokens: int = 0
     generated_tokens: int = 0
@@ -142,16 +201,21 @@ def tally_row(tally: FamilyRouting, qas: Iterable[dict[str, Any]], outcomes: lis
     tally.cleaning_steps.update(set(steps))
     for qa, outcome in zip(qas, outcomes):
         tally.prepared_qa += 1
+        tally.judge_paths.update(outcome.paths)
+        tally.judge_withheld += outcome.withheld
         if outcome.accepted:
             tally.accepted_qa += 1
             if outcome.via == "verifier":
                 tally.verifier_accepted_qa += 1
             else:
                 tally.judge_promoted_qa += 1
+                if len(tally.promotions) < SPOT_CHECKS:
+                    tally.promotions.append({"question": qa["question"], "reference": qa["answers"][0],
+                                             "candidate": outcome.promoted})
         else:
             tally.rejected_qa += 1
             tally.rejected_reasons[outcome.reason] += 1
-        for rec in work.samples[qa["id"]]:
+        for rec, path in zip(work.samples[qa["id"]], outcome.paths):
             tally.samples += 1
             tally.prompt_tokens += int(rec["prompt_tokens"] or 0)
             tally.generated_tokens += int(rec["generated_tokens"] or 0)
@@ -159,15 +223,20 @@ def tally_row(tally: FamilyRouting, qas: Iterable[dict[str, Any]], outcomes: lis
             tally.response_tokens.append(int(rec["generated_tokens"] or 0))
             if rec["verifier"]:
                 tally.verifiers[rec["verifier"]] += 1
-            judged = work.judge.get(rec["key"]) if work.judge_enabled and needs_judging(rec) else None
+            judged = work.judge.get(rec["key"]) if path == "judge" else None
             if judged is not None:
                 tally.judge_verdicts[judged["verdict"]] += 1
                 tally.judge_generated_tokens += int(judged["generated_tokens"] or 0)
             calib = work.calibration.get(rec["key"])
             if calib is not None:
                 tally.calibration_total += 1
-                tally.calibration_agreed += calib["verdict"] == "CORRECT"
+                tally.calibration_agreed += calib["verdict"] == CORRECT
                 tally.judge_generated_tokens += int(calib["generated_tokens"] or 0)
+        known = work.known_wrong.get(qa["id"])
+        if known is not None:
+            tally.known_wrong_total += 1
+            tally.known_wrong_rejected += known["verdict"] == WRONG
+            tally.judge_generated_tokens += int(known["generated_tokens"] or 0)
 
 
 # ----------------------------------------------------------------------------------------- split rows

@@ -42,6 +42,7 @@ from rsgen.emit.stats import (
     config_features,
     config_name,
     family_stats,
+    gate_warnings,
     write_stats,
     written_kinds,
 )
@@ -191,8 +192,10 @@ def run_emit(recipe: RecipeConfig) -> Path:
     layout = OutputLayout(recipe.output_dir)
     prepared = load_prepared(recipe.output_dir)
     work = WorkRecords.load(layout.generate_work, layout.judge_work, judge_enabled=recipe.judge,
-                            num_samples=recipe.num_samples)
-    if recipe.judge and work.judge_needed() and not work.judge:
+                            num_samples=recipe.num_samples, judge_scope=recipe.judge_scope,
+                            numeric_tolerance=recipe.numeric_tolerance,
+                            min_specificity=recipe.judge_min_specificity)
+    if recipe.judge and work.judge_needed() and not (work.judge or work.calibration or work.known_wrong):
         raise EmitError("judge: true but there are no judge records in "
                         f"{str(layout.judge_work)!r}; run `rsgen judge` (or `rsgen run`) first, or set judge: false")
     families, seen_ids = plan_families(prepared, work, recipe)
@@ -210,9 +213,11 @@ def run_emit(recipe: RecipeConfig) -> Path:
     report = _read_json(layout.prepare_report)
     stats_families = {
         plan.family: family_stats(plan.family, plan.tally, plan.plans, recipe.verifier_for(plan.family), recipe.judge,
-                                  report, recipe.max_new_tokens)
+                                  report, recipe.max_new_tokens, recipe.judge_min_specificity)
         for plan in families.values()
     }
+    for warning in gate_warnings(stats_families, recipe.judge_min_specificity):
+        _log("WARNING: " + warning)
     stats = build_stats(recipe, stats_families, _read_json(layout.run_json), report, outside)
 
     write_card(stats, partial)

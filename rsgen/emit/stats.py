@@ -16,6 +16,7 @@ from datasets import Features
 from rsgen.config import DEMO_DATASET, RecipeConfig, RecipeError, SourceConfig
 from rsgen.emit.splits import FamilyRouting
 from rsgen.emit.trl_views import VIEWS
+from rsgen.routing import judge_trusted, specificity
 from rsgen.schema import split_features
 
 RS_KINDS = {"RS_think": "think", "RS_nothink": "nothink", "rejected": "rejected"}  # config kind -> schema split
@@ -132,8 +133,41 @@ def stage_wall_times(run: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
+def calibration_stats(tally: FamilyRouting) -> dict[str, int]:
+    """Both sides of the judge's calibration: verifier-accepted pairs it agreed with (CORRECT), known-wrong pairs it
+    rejected (WRONG)."""
+    return {"agreed": tally.calibration_agreed, "total": tally.calibration_total,
+            "known_wrong_rejected": tally.known_wrong_rejected, "known_wrong_total": tally.known_wrong_total}
+
+
+def gate_stats(calibration: dict[str, int] | None, min_specificity: float) -> dict[str, Any]:
+    """The leniency gate of one family: its known-wrong rejection rate against `judge_min_specificity`."""
+    rejected, total = (calibration["known_wrong_rejected"], calibration["known_wrong_total"]) if calibration else (0, 0)
+    return {"min_specificity": min_specificity, "specificity": round(specificity(rejected, total), 6) if total else None,
+            "withheld": not judge_trusted(rejected, total, min_specificity)}
+
+
+def gate_warnings(families: dict[str, dict[str, Any]], min_specificity: float) -> list[str]:
+    """One line per family whose judge promotions the leniency gate withheld."""
+    out = []
+    for family, fam in families.items():
+        judge = fam["judge"]
+        if not judge["enabled"] or not judge["gate"]["withheld"]:
+            continue
+        calib = fam["calibration"] or {"known_wrong_rejected": 0, "known_wrong_total": 0}
+        measured = (f"said WRONG to only {calib['known_wrong_rejected']}/{calib['known_wrong_total']} known-wrong "
+                    f"pairs ({judge['gate']['specificity']:.1%})" if calib["known_wrong_total"]
+                    else "could not be measured on known-wrong pairs")
+        out.append(f"family {family}: the judge {measured}, below judge_min_specificity {min_specificity:.0%}; "
+                   f"{judge['withheld']} promotion(s) withheld (reason judge_withheld)")
+    return out
+
+
 def family_stats(family: str, tally: FamilyRouting, plans: dict[str, SplitPlan], verifier: str,
-                 judge_enabled: bool, report: dict[str, Any] | None, max_new_tokens: int) -> dict[str, Any]:
+                 judge_enabled: bool, report: dict[str, Any] | None, max_new_tokens: int,
+                 min_specificity: float = 0.95) -> dict[str, Any]:
+    has_calibration = judge_enabled and (tally.calibration_total or tally.known_wrong_total)
+    calibration = calibration_stats(tally) if has_calibration else None
     return {
         "verifier": verifier,
         "prepared_rows": tally.prepared_rows,
@@ -157,17 +191,19 @@ def family_stats(family: str, tally: FamilyRouting, plans: dict[str, SplitPlan],
         },
         "judge": {
             "enabled": judge_enabled,
+            # samples by path: settled by the verifier's match, by the decisive rule, or graded by the judge
+            "verifier": tally.judge_paths.get("verifier", 0),
+            "decisive": tally.judge_paths.get("decisive", 0),
             "judged": sum(tally.judge_verdicts.values()),
             "promoted": tally.judge_promoted_qa,
+            "withheld": tally.judge_withheld,
             "correct": tally.judge_verdicts.get("CORRECT", 0),
             "wrong": tally.judge_verdicts.get("WRONG", 0),
             "unsure": tally.judge_verdicts.get("UNSURE", 0),
+            "gate": gate_stats(calibration, min_specificity),
+            "promotions": list(tally.promotions),  # up to 10 promoted pairs, to spot-check
         },
-        "calibration": (
-            {"agreed": tally.calibration_agreed, "total": tally.calibration_total}
-            if judge_enabled and tally.calibration_total
-            else None
-        ),
+        "calibration": calibration,
         "cleaning": {
             "steps": dict(sorted(tally.cleaning_steps.items())),
             "report": cleaning_counts(report, family),
@@ -188,6 +224,7 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
     accepted = sum(f["accepted_qa"] for f in families.values())
     rejected = sum(f["rejected_qa"] for f in families.values())
     calib = [f["calibration"] for f in families.values() if f["calibration"]]
+    judges = [f["judge"] for f in families.values()]
     revision = (run or {}).get("model_revision") or recipe.model_revision
     return {
         "stats_version": STATS_VERSION,
@@ -208,8 +245,12 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
             "math_timeout_seconds": recipe.math_timeout_seconds,
         },
         "judge_enabled": recipe.judge,
+        "judge_scope": recipe.judge_scope,
+        "judge_min_specificity": recipe.judge_min_specificity,
+        "judge_counts": {key: sum(j[key] for j in judges) for key in ("judged", "decisive", "promoted", "withheld")},
         "calibration": (
-            {"agreed": sum(c["agreed"] for c in calib), "total": sum(c["total"] for c in calib)} if calib else None
+            {key: sum(c[key] for c in calib) for key in ("agreed", "total", "known_wrong_rejected", "known_wrong_total")}
+            if calib else None
         ),
         "totals": {
             "prepared_qa": accepted + rejected,

@@ -17,10 +17,24 @@ from typing import Any
 
 from rsgen.config import RecipeConfig, RecipeError
 from rsgen.engine import ChatRequest, build_engine, judge_model_name
+from rsgen.judge.calibration import known_wrong_pairs
 from rsgen.judge.prompt import format_reference, load_template, render_judge_prompt
 from rsgen.judge.verdict import parse_verdict
 from rsgen.layout import OutputLayout
-from rsgen.routing import CALIBRATION, CORRECT, REJECTED, UNSURE, WRONG, judge_key, needs_judging
+from rsgen.routing import (
+    CALIBRATION,
+    CORRECT,
+    KNOWN_WRONG,
+    REJECTED,
+    UNSURE,
+    WRONG,
+    goes_to_judge,
+    judge_key,
+    judge_trusted,
+    known_wrong_key,
+    needs_judging,
+    specificity,
+)
 from rsgen.schema import load_prepared
 from rsgen.store import CheckpointStore, distributed_state, run_keyed_work
 
@@ -30,11 +44,12 @@ class JudgeItem:
     key: str  # judge record key
     id: str  # QA id
     sample: int | None
-    kind: str  # rejected | calibration
+    kind: str  # rejected | calibration | known_wrong
     family: str
     question: str
     reference: str
     candidate: str
+    miss: str | None = None  # known_wrong: how the wrong candidate was made (rsgen.judge.calibration.MISSES)
 
 
 def _log(state, message: str) -> None:
@@ -50,36 +65,48 @@ def calibration_sample(keys: Iterable[str], size: int, seed: int) -> list[str]:
 
 
 def prepared_index(output_dir: str | Path) -> dict[str, dict[str, Any]]:
-    """QA id -> {question, answers, family} from the prepared pool (images are not read)."""
+    """QA id -> {question, answers, options, family} from the prepared pool (images are not read)."""
     dataset = load_prepared(output_dir).select_columns(["family", "qa"])
     index: dict[str, dict[str, Any]] = {}
     for batch in dataset.iter(batch_size=1000):
         for family, qas in zip(batch["family"], batch["qa"]):
             for qa in qas:
-                index[qa["id"]] = {"question": qa["question"], "answers": list(qa["answers"]), "family": family}
+                index[qa["id"]] = {"question": qa["question"], "answers": list(qa["answers"]),
+                                   "options": list(qa.get("options") or []), "family": family}
     return index
+
+
+def _qa_of(rec: dict[str, Any], gen_key: str, prepared: dict[str, dict[str, Any]], recipe: RecipeConfig):
+    qa = prepared.get(rec["id"])
+    if qa is None:
+        raise RecipeError(
+            f"generate record {gen_key!r} names QA id {rec['id']!r}, which is not in the prepared pool of "
+            f"{recipe.output_dir!r}: the work files do not belong to this prepared pool"
+        )
+    if not qa["answers"]:
+        raise RecipeError(f"prepared QA {rec['id']!r} has no official answer")
+    return qa
 
 
 def select_items(
     generate_records: dict[str, dict[str, Any]], prepared: dict[str, dict[str, Any]], recipe: RecipeConfig
 ) -> list[JudgeItem]:
-    """Every item of the stage in one global order: rejected pairs (sorted by key), then the calibration sample
-    (sorted by key). Every rank computes the same list."""
-    rejected = sorted(k for k, rec in generate_records.items() if needs_judging(rec))
+    """Every item of the stage in one global order: rejected pairs the judge grades (sorted by key; decisive
+    mismatches left out unless `judge_scope: all`), the calibration sample of verifier-accepted pairs (sorted by
+    key), then the known-wrong pairs (by family, id). Every rank computes the same list."""
+    rejected = []
+    for gen_key in sorted(k for k, rec in generate_records.items() if needs_judging(rec)):
+        rec = generate_records[gen_key]
+        qa = _qa_of(rec, gen_key, prepared, recipe)
+        if goes_to_judge(rec, qa["answers"], qa["options"], recipe.judge_scope, recipe.numeric_tolerance):
+            rejected.append(gen_key)
     accepted = [k for k, rec in generate_records.items() if rec["match"]]
     calibration = calibration_sample(accepted, recipe.judge_calibration_size, recipe.judge_calibration_seed)
     items = []
     for kind, keys in ((REJECTED, rejected), (CALIBRATION, calibration)):
         for gen_key in keys:
             rec = generate_records[gen_key]
-            qa = prepared.get(rec["id"])
-            if qa is None:
-                raise RecipeError(
-                    f"generate record {gen_key!r} names QA id {rec['id']!r}, which is not in the prepared pool of "
-                    f"{recipe.output_dir!r}: the work files do not belong to this prepared pool"
-                )
-            if not qa["answers"]:
-                raise RecipeError(f"prepared QA {rec['id']!r} has no official answer")
+            qa = _qa_of(rec, gen_key, prepared, recipe)
             items.append(
                 JudgeItem(
                     key=judge_key(gen_key, kind),
@@ -94,6 +121,12 @@ def select_items(
                     candidate=rec["extracted"] if rec["extracted"] is not None else "",
                 )
             )
+    for pair in known_wrong_pairs(prepared, recipe.verifier_for, recipe.judge_calibration_size,
+                                  recipe.judge_calibration_seed, recipe.numeric_tolerance):
+        qa = prepared[pair.id]
+        items.append(JudgeItem(key=known_wrong_key(pair.id), id=pair.id, sample=None, kind=KNOWN_WRONG,
+                               family=pair.family, question=qa["question"], reference=format_reference(qa["answers"]),
+                               candidate=pair.candidate, miss=pair.miss))
     return items
 
 
@@ -112,7 +145,7 @@ def _check_generate_finished(
 
 
 class JudgeStage:
-    """The judge stage's part of the keyed-work loop: the rejected pairs and the calibration sample."""
+    """The judge stage's part of the keyed-work loop: the rejected pairs and both calibration samples."""
 
     name = "judge"
     unit = "pair"
@@ -147,6 +180,7 @@ class JudgeStage:
             "reference": item.reference,
             "candidate": item.candidate,
             "verdict": verdict,
+            **({"miss": item.miss} if item.miss else {}),
             "response": result.text,
             "prompt_tokens": result.prompt_tokens,
             "generated_tokens": result.generated_tokens,
@@ -176,10 +210,13 @@ def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
     _check_generate_finished(generate_records, prepared, recipe)
     items = select_items(generate_records, prepared, recipe)
     store = CheckpointStore(layout.judge_work)
-    n_rejected = sum(item.kind == REJECTED for item in items)
+    kinds = Counter(item.kind for item in items)
+    decisive = sum(needs_judging(rec) for rec in generate_records.values()) - kinds[REJECTED]
     done = len(store.done_keys() & {item.key for item in items})
-    _log(state, f"{n_rejected} rejected pairs to judge + {len(items) - n_rejected} calibration pairs; "
-                f"{done} already done; {state.num_processes} process(es)")
+    _log(state, f"{kinds[REJECTED]} rejected pairs to judge ({decisive} decisive mismatches stay wrong_answer "
+                f"unjudged, judge_scope: {recipe.judge_scope}) + {kinds[CALIBRATION]} verifier-accepted and "
+                f"{kinds[KNOWN_WRONG]} known-wrong calibration pairs; {done} already done; "
+                f"{state.num_processes} process(es)")
 
     stage = JudgeStage(items, template, judge_model_name(recipe))
     summary = run_keyed_work(stage, store, state, lambda: engine or build_engine(recipe, "judge", device=state.device),
@@ -191,6 +228,8 @@ def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
         raise RuntimeError(f"judge stage ended with {len(missing)} items unjudged (e.g. {missing[:3]})")
     result = judge_summary(recipe.output_dir)
     _log(state, format_summary(result))
+    for warning in gate_warnings(result, recipe.judge_min_specificity):
+        _log(state, "WARNING: " + warning)
     if summary.done_now:
         _log(state, f"this run (rank {state.process_index}): {summary.done_now} pairs in {summary.seconds:.1f} s "
                     f"({summary.done_now / max(summary.seconds, 1e-9):.2f} pairs/s)")
@@ -202,7 +241,8 @@ def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
 
 def _empty_counts() -> dict[str, int]:
     return {"judged": 0, "promotions": 0, "wrong": 0, "unsure": 0,
-            "calibration_agreed": 0, "calibration_wrong": 0, "calibration_unsure": 0, "calibration_total": 0}
+            "calibration_agreed": 0, "calibration_wrong": 0, "calibration_unsure": 0, "calibration_total": 0,
+            "known_wrong_rejected": 0, "known_wrong_total": 0}
 
 
 def _count(counts: dict[str, int], rec: dict[str, Any]) -> None:
@@ -212,6 +252,9 @@ def _count(counts: dict[str, int], rec: dict[str, Any]) -> None:
         counts["calibration_agreed"] += verdict == CORRECT
         counts["calibration_wrong"] += verdict == WRONG
         counts["calibration_unsure"] += verdict == UNSURE
+    elif rec["kind"] == KNOWN_WRONG:
+        counts["known_wrong_total"] += 1
+        counts["known_wrong_rejected"] += verdict == WRONG
     else:
         counts["judged"] += 1
         counts["promotions"] += verdict == CORRECT
@@ -222,7 +265,8 @@ def _count(counts: dict[str, int], rec: dict[str, Any]) -> None:
 def judge_summary(output_dir: str | Path) -> dict[str, Any]:
     """Counts from the judge work records, overall and per family:
     judged (rejected pairs judged), promotions (CORRECT), wrong, unsure, calibration_agreed (calibration pairs
-    called CORRECT), calibration_wrong, calibration_unsure, calibration_total; plus "families": {family: same}.
+    called CORRECT), calibration_wrong, calibration_unsure, calibration_total, known_wrong_rejected (known-wrong
+    pairs called WRONG), known_wrong_total; plus "families": {family: same}.
     All zero when the judge never ran (e.g. `judge: false`)."""
     summary: dict[str, Any] = _empty_counts()
     families: dict[str, dict[str, int]] = {}
@@ -236,6 +280,22 @@ def judge_summary(output_dir: str | Path) -> dict[str, Any]:
 def format_summary(summary: dict[str, Any]) -> str:
     return (
         f"judged {summary['judged']} rejected pairs: CORRECT {summary['promotions']} (promoted), "
-        f"WRONG {summary['wrong']}, UNSURE {summary['unsure']}; calibration on verifier-accepted pairs: "
-        f"agreed on {summary['calibration_agreed']}/{summary['calibration_total']}"
+        f"WRONG {summary['wrong']}, UNSURE {summary['unsure']}; calibration: agreed on "
+        f"{summary['calibration_agreed']}/{summary['calibration_total']} verifier-accepted pairs, said WRONG to "
+        f"{summary['known_wrong_rejected']}/{summary['known_wrong_total']} known-wrong pairs"
     )
+
+
+def gate_warnings(summary: dict[str, Any], min_specificity: float) -> list[str]:
+    """One line per family whose promotions the leniency gate withholds (see `rsgen.routing.judge_trusted`)."""
+    out = []
+    for family, counts in summary["families"].items():
+        rejected, total = counts["known_wrong_rejected"], counts["known_wrong_total"]
+        if judge_trusted(rejected, total, min_specificity):
+            continue
+        rate = specificity(rejected, total)
+        measured = (f"said WRONG to only {rejected}/{total} known-wrong pairs ({rate:.1%})" if rate is not None
+                    else "could not be measured on known-wrong pairs")
+        out.append(f"family {family}: the judge {measured}, below judge_min_specificity {min_specificity:.0%}; "
+                   f"its {counts['promotions']} promotion(s) are withheld (reason judge_withheld)")
+    return out

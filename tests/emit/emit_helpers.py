@@ -94,11 +94,15 @@ def default_pool() -> list[ScriptedImage]:
 
 def write_scripted_run(root, images: list[ScriptedImage] | None = None, *, judge: bool = True,
                        num_samples: int = 1, calibration_agree: int = 3, calibration_disagree: int = 1,
+                       known_wrong_rejected: int = 4, known_wrong_accepted: int = 0,
                        every_items: int = 4) -> list[ScriptedImage]:
     """Write prepared/, work/generate, work/judge (when `judge`), prepare_report.json and run.json under `root`.
 
     With `num_samples > 1` every sample but the last is a wrong answer and the last follows the script, so a
-    scripted `match` is accepted through its last sample, and a rejected pair is described by sample 0."""
+    scripted `match` is accepted through its last sample, and a rejected pair is described by sample 0.
+
+    Each family gets `known_wrong_rejected` known-wrong calibration records the judge called WRONG and
+    `known_wrong_accepted` it called CORRECT (the leniency gate reads them)."""
     images = images if images is not None else default_pool()
     layout = OutputLayout(root)
     rows = []
@@ -175,6 +179,15 @@ def write_scripted_run(root, images: list[ScriptedImage] | None = None, *, judge
                 jw.add({"key": f"calibration:{key}", "id": p.id, "kind": "calibration", "reference": p.answer,
                         "candidate": p.answer, "verdict": verdict, "response": verdict, "prompt_tokens": 50,
                         "generated_tokens": 2, "hit_limit": False, "model": "test-model"})
+            for family in sorted({img.family for img in images}):
+                family_pairs = [p for img in images if img.family == family for p in img.pairs]
+                for n in range(min(len(family_pairs), known_wrong_rejected + known_wrong_accepted)):
+                    p = family_pairs[n]
+                    verdict = "WRONG" if n < known_wrong_rejected else "CORRECT"
+                    jw.add({"key": f"known_wrong:{p.id}", "id": p.id, "kind": "known_wrong", "family": family,
+                            "reference": p.answer, "candidate": "purple elephant", "miss": "unrelated",
+                            "verdict": verdict, "response": verdict, "prompt_tokens": 50, "generated_tokens": 2,
+                            "hit_limit": False, "model": "test-model"})
     layout.run_json.write_text(json.dumps({
         "started_at": "2026-01-02T03:04:05+00:00",
         "model_revision": None,
@@ -192,7 +205,9 @@ def scripted_recipe(root, **overrides):
 
     values = {"output_dir": str(root), "model_name_or_path": "test-org/test-model",
               "verifier": {"CLEVRMath": "relaxed", "DemoMC": "mc", "AllRight": "exact"}, "judge": True,
-              "max_new_tokens": 64, **overrides}
+              # The scripted wrong answers are numbers and letters, decisive under the default scope: judge them
+              # all, so these tests see every verdict (tests/emit/test_emit_judge_rules.py covers the default).
+              "judge_scope": "all", "max_new_tokens": 64, **overrides}
     if values.get("num_samples", 1) > 1:
         values.setdefault("temperature", 0.7)  # sampling several answers needs temperature > 0
     return recipe_from_dict(values)

@@ -149,8 +149,16 @@ def test_stats_count_what_was_written(emitted_run):
     assert fam["accept_rate"] == round(5 / 11, 6)
     assert fam["verifier_accepted_qa"] == 4
     assert fam["rejected_reasons"] == {"judge_unsure": 2, "no_answer": 1, "wrong_answer": 3}
-    assert fam["judge"] == {"enabled": True, "judged": 6, "promoted": 1, "correct": 1, "wrong": 3, "unsure": 2}
-    assert fam["calibration"] == {"agreed": 3, "total": 4}
+    judge = fam["judge"]
+    promotions = judge.pop("promotions")
+    assert judge == {"enabled": True, "verifier": 4, "decisive": 0, "judged": 6, "promoted": 1, "withheld": 0,
+                     "correct": 1, "wrong": 3, "unsure": 2,
+                     "gate": {"min_specificity": 0.95, "specificity": 1.0, "withheld": False}}
+    assert promotions == [{"question": _images[0].pairs[2].question, "reference": "3", "candidate": "11"}]
+    assert fam["calibration"] == {"agreed": 3, "total": 4, "known_wrong_rejected": 4, "known_wrong_total": 4}
+    assert stats["calibration"] == {"agreed": 3, "total": 4, "known_wrong_rejected": 9, "known_wrong_total": 9}  # 4 + 4 + AllRight's 1
+    assert stats["judge_counts"] == {"judged": 9, "decisive": 0, "promoted": 2, "withheld": 0}
+    assert stats["judge_scope"] == "all" and stats["judge_min_specificity"] == 0.95
     rejected = fam["splits"]["rejected"]
     assert {k: rejected[k] for k in ("config", "rows", "qa_pairs", "shards")} == {
         "config": "CLEVRMath_rejected", "rows": 4, "qa_pairs": 6, "shards": 1}
