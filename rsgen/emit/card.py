@@ -365,16 +365,84 @@ def matching(stats: dict[str, Any]) -> str:
     return "\n".join(text)
 
 
+def _fraction(num: int, den: int) -> str:
+    return f"{_n(num)}/{_n(den)}"
+
+
+def calibration_sentence(calib: dict[str, int] | None) -> str:
+    """Both sides of the calibration and the false-promotion rate the known-wrong side implies."""
+    if not calib:
+        return "Calibration: no pairs were available to calibrate the judge on."
+    accepted = (f"agreed on {_fraction(calib['agreed'], calib['total'])} verifier-accepted pairs"
+                if calib["total"] else "had no verifier-accepted pairs to agree with")
+    if not calib["known_wrong_total"]:
+        return f"Calibration: the judge {accepted}; no known-wrong pair could be built to measure how often it " \
+               "says CORRECT to a wrong answer."
+    promoted = calib["known_wrong_total"] - calib["known_wrong_rejected"]
+    return (f"Calibration: the judge {accepted}; said `WRONG` to "
+            f"{_fraction(calib['known_wrong_rejected'], calib['known_wrong_total'])} known-wrong pairs — questions "
+            "of this run paired with answers built to be wrong (the reference's number moved just beyond the "
+            "verifier's tolerance, the neighbouring option letter, another question's reference of the same "
+            "family, unrelated answers), each rejected by its verifier. That implies a **false-promotion rate of "
+            f"{_rate(promoted / calib['known_wrong_total'])}**: the share of wrong answers shown to the judge that "
+            "it would promote.")
+
+
+def _paths_sentence(stats: dict[str, Any]) -> str:
+    counts = stats.get("judge_counts") or {}
+    scope = stats.get("judge_scope", "undecided")
+    if scope == "all":
+        rule = ("`judge_scope: all`: every verifier rejection with an extractable answer went to the judge, "
+                "decisive mismatches included")
+    else:
+        rule = (f"`judge_scope: undecided`: {_n(counts.get('decisive', 0))} decisive mismatches — the answer and "
+                "every reference are numbers none within the verifier's tolerance, or two different option "
+                "letters — stayed rejected (`wrong_answer`) without asking the judge")
+    return (f"Paths: {rule}; {_n(counts.get('judged', 0))} answers were graded by the judge, "
+            f"{_n(counts.get('promoted', 0))} QA pairs promoted and {_n(counts.get('withheld', 0))} promotions "
+            "withheld by the leniency gate.")
+
+
+def gate_paragraph(stats: dict[str, Any]) -> str:
+    minimum = stats.get("judge_min_specificity", 0.95)
+    withheld = [(family, fam) for family, fam in stats["families"].items()
+                if fam["judge"].get("gate", {}).get("withheld")]
+    rule = (f"Leniency gate: in a family where the judge says `WRONG` to fewer than {_rate(minimum)} of its "
+            "known-wrong pairs (`judge_min_specificity`), its `CORRECT` verdicts are not trusted: those pairs stay "
+            "in the rejected split with reason `judge_withheld`.")
+    if minimum <= 0:
+        rule = "Leniency gate: **off** for this run (`judge_min_specificity: 0`): every `CORRECT` promotes."
+    lines = [rule]
+    for family, fam in withheld:
+        c = fam["calibration"] or {"known_wrong_rejected": 0, "known_wrong_total": 0}
+        measured = (f"said `WRONG` to only {_fraction(c['known_wrong_rejected'], c['known_wrong_total'])} "
+                    f"known-wrong pairs ({_rate(fam['judge']['gate']['specificity'])})" if c["known_wrong_total"]
+                    else "could not be measured on known-wrong pairs")
+        lines += ["", f"> **Warning — {family}:** the judge {measured}, below {_rate(minimum)}; "
+                      f"{_n(fam['judge']['withheld'])} promotion(s) were withheld."]
+    return "\n".join(lines)
+
+
+def spot_checks(stats: dict[str, Any]) -> str:
+    lines = []
+    for family, fam in stats["families"].items():
+        promotions = fam["judge"].get("promotions") or []
+        if not promotions:
+            continue
+        lines += ["", f"**{family}**: {_n(fam['judge']['promoted'])} promoted"
+                  + (f", the first {len(promotions)}:" if fam["judge"]["promoted"] > len(promotions) else ":"),
+                  "", "| question | reference | promoted answer |", "|---|---|---|"]
+        lines += [f"| {_cell(p['question'])} | {_cell(p['reference'])} | {_cell(p['candidate'])} |"
+                  for p in promotions]
+    if not lines:
+        return "No pair was promoted by the judge."
+    return "Promotions to spot-check (question, official answer, the answer the judge accepted):\n" + "\n".join(lines)
+
+
 def judge_section(stats: dict[str, Any]) -> str:
     if not stats["judge_enabled"]:
         return ("The model-as-judge pass was **disabled** for this run (`judge: false`): the verifier's decision is "
                 "final, and every rejected pair keeps the verifier's reason.")
-    calib = stats.get("calibration")
-    calibration = (
-        f"Calibration: run over items the string verifier had already accepted, the judge agreed on "
-        f"{_n(calib['agreed'])}/{_n(calib['total'])}."
-        if calib else "Calibration: no verifier-accepted items were available to calibrate the judge on."
-    )
     lines = [
         "String verifiers cannot judge free-form answers at all, and they under-credit answers that are correct "
         f"but differently phrased. Every item the verifier rejected that has an extractable answer is therefore "
@@ -383,22 +451,29 @@ def judge_section(stats: dict[str, Any]) -> str:
         "",
         "The judge is instructed to compare against the reference and **never to solve the question itself**, so "
         "an answer is not promoted merely because the model believes it is true. It answers `CORRECT`, `WRONG`, "
-        "or `UNSURE`; numbers must agree, and `UNSURE` is reserved for references that are themselves unusable or "
-        "ambiguous. A reply that is not exactly one verdict word counts as `UNSURE`. **`UNSURE` is never counted "
+        "or `UNSURE`. Numbers must agree, and that is enforced in code: a decisive mismatch never reaches the "
+        "judge. A reply that is not exactly one verdict word counts as `UNSURE`. **`UNSURE` is never counted "
         "as correct** — only a `CORRECT` verdict moves a pair into the accepted splits. `WRONG` and `UNSURE` both "
         "remain in the rejected split (reasons `wrong_answer` and `judge_unsure`), so an unresolved case is never "
         "silently promoted to a pass.",
         "",
-        calibration,
+        _paths_sentence(stats),
         "",
-        "| family | judged | promoted (`CORRECT`) | `WRONG` | `UNSURE` | calibration agreed |",
-        "|---|---|---|---|---|---|",
+        calibration_sentence(stats.get("calibration")),
+        "",
+        gate_paragraph(stats),
+        "",
+        "| family | decisive (not judged) | judged | promoted (`CORRECT`) | withheld | `WRONG` | `UNSURE` | "
+        "accepted pairs agreed | known-wrong pairs rejected |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for family, fam in stats["families"].items():
         j, c = fam["judge"], fam["calibration"]
-        agreed = f"{_n(c['agreed'])}/{_n(c['total'])}" if c else "–"
-        lines.append(f"| {family} | {_n(j['judged'])} | {_n(j['promoted'])} | {_n(j['wrong'])} | "
-                     f"{_n(j['unsure'])} | {agreed} |")
+        agreed = _fraction(c["agreed"], c["total"]) if c else "–"
+        rejected = _fraction(c["known_wrong_rejected"], c["known_wrong_total"]) if c else "–"
+        lines.append(f"| {family} | {_n(j.get('decisive', 0))} | {_n(j['judged'])} | {_n(j['promoted'])} | "
+                     f"{_n(j.get('withheld', 0))} | {_n(j['wrong'])} | {_n(j['unsure'])} | {agreed} | {rejected} |")
+    lines += ["", spot_checks(stats)]
     return "\n".join(lines)
 
 
@@ -419,7 +494,8 @@ def schema_section(stats: dict[str, Any]) -> str:
         "",
         "`answer` is always the official ground truth. `response` is the model's full output, reasoning included. "
         "`wrong_vlm` is the final answer extracted from the model's response (null when nothing could be "
-        "extracted). `reason` is `wrong_answer` (the verifier and the judge said wrong), `judge_unsure`, "
+        "extracted). `reason` is `wrong_answer` (the verifier and the judge said wrong, or a decisive mismatch), "
+        "`judge_unsure`, `judge_withheld` (the judge said correct, but the leniency gate did not trust it), "
         "`no_answer` (nothing extractable, e.g. reasoning cut off at the token limit), or — when the judge is off — "
         "the verifier's own reason (`mc_ambiguous`, `mc_no_letter`, `math_timeout`, …).",
         "",

@@ -14,7 +14,7 @@ from emit_helpers import scripted_recipe, write_scripted_run
 from huggingface_hub import DatasetCard
 
 from rsgen.emit import render_card, run_emit
-from rsgen.emit.card import configs_of
+from rsgen.emit.card import _cell, configs_of
 from rsgen.layout import OutputLayout
 
 
@@ -64,11 +64,20 @@ def test_card_numbers_come_from_stats(emitted_run):
         assert f"| accept rate | {rate} |" in section
         tok = fam["tokens"]
         assert f"| {family} | {_n(tok['samples'])} | {_n(tok['prompt'])} | {_n(tok['generated'])} |" in text
-        j = fam["judge"]
-        agreed = f"{fam['calibration']['agreed']}/{fam['calibration']['total']}" if fam["calibration"] else "–"
-        assert f"| {family} | {j['judged']} | {j['promoted']} | {j['wrong']} | {j['unsure']} | {agreed} |" in text
+        j, c = fam["judge"], fam["calibration"]
+        agreed = f"{c['agreed']}/{c['total']}" if c else "–"
+        rejected = f"{c['known_wrong_rejected']}/{c['known_wrong_total']}" if c else "–"
+        assert (f"| {family} | {j['decisive']} | {j['judged']} | {j['promoted']} | {j['withheld']} | {j['wrong']} | "
+                f"{j['unsure']} | {agreed} | {rejected} |") in text
     calib = stats["calibration"]
-    assert f"the judge agreed on {calib['agreed']}/{calib['total']}." in text
+    assert (f"the judge agreed on {calib['agreed']}/{calib['total']} verifier-accepted pairs; said `WRONG` to "
+            f"{calib['known_wrong_rejected']}/{calib['known_wrong_total']} known-wrong pairs") in text
+    assert "false-promotion rate of 0.0%" in text
+    assert "`judge_scope: all`" in text and "Warning —" not in text
+    # Every promotion is listed to spot-check, with its question, reference and candidate.
+    for fam in stats["families"].values():
+        for p in fam["judge"]["promotions"]:
+            assert f"| {_cell(p['question'])} | {p['reference']} | {p['candidate']} |" in text
     assert "- **CLEVRMath**: 15 QA pairs read, 11 kept; 3 dropped (`provenance_mismatch` 3)" in text
     assert "prepare 10 s, generate 600 s, judge 60 s (total 670 s)" in text
     # Every example comes from the rejected split and shows its image.

@@ -3,6 +3,7 @@ engine whose answers the test controls (`ScriptedJudgeEngine`, used where a test
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ class Pair:
     extracted: str | None
     reason: str | None = None
     family: str = "Demo"
+    verifier: str = "relaxed"
+    options: tuple[str, ...] = ()
 
     @property
     def question(self) -> str:
@@ -39,17 +42,24 @@ def _png(seed: int) -> bytes:
 
 
 def write_output_dir(root, pairs: list[Pair], pairs_per_image: int = 2, every_items: int = 3) -> None:
-    """A prepared pool (one parquet shard in the contract's layout) and generate records for `pairs`."""
+    """A prepared pool (one parquet shard in the contract's layout) and generate records for `pairs` (an image
+    holds up to `pairs_per_image` consecutive pairs of one family)."""
     layout = OutputLayout(root)
     rows = []
-    for start in range(0, len(pairs), pairs_per_image):
-        group = pairs[start:start + pairs_per_image]
+    groups = []
+    for p in pairs:
+        if groups and len(groups[-1]) < pairs_per_image and groups[-1][0].family == p.family:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    for start, group in enumerate(groups):
         image = _png(start)
         rows.append({
             "image": {"bytes": image, "path": None},
-            "image_sha256": f"sha{start}",
+            "image_sha256": hashlib.sha256(image).hexdigest(),
             "family": group[0].family,
-            "qa": [{"id": p.id, "question": p.question, "answers": p.answers, "options": [], "source_row_id": p.id}
+            "qa": [{"id": p.id, "question": p.question, "answers": p.answers, "options": list(p.options),
+                    "source_row_id": p.id}
                    for p in group],
             "clean_meta": {"source_dataset": "test", "source_config": "", "source_split": "train",
                            "source_row_ids": [p.id for p in group], "family": group[0].family,
@@ -63,7 +73,7 @@ def write_output_dir(root, pairs: list[Pair], pairs_per_image: int = 2, every_it
             writer.add({
                 "key": p.id, "id": p.id, "sample": 0, "family": p.family, "question": p.question,
                 "response": f"<think>...</think>{p.extracted or ''}", "extracted": p.extracted, "match": p.match,
-                "reason": None if p.match else (p.reason or "wrong_answer"), "verifier": "relaxed",
+                "reason": None if p.match else (p.reason or "wrong_answer"), "verifier": p.verifier,
                 "prompt_tokens": 10, "generated_tokens": 5, "hit_limit": p.reason == "no_answer",
                 "model": "test-model", "revision": None,
             })

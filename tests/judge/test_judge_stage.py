@@ -15,6 +15,7 @@ from rsgen.judge.prompt import render_judge_prompt
 from rsgen.judge.stage import calibration_sample
 from rsgen.judge.verdict import parse_verdict
 from rsgen.layout import OutputLayout
+from rsgen.routing import goes_to_judge
 from rsgen.schema import JUDGE_RECORD_FIELDS
 from rsgen.store import CheckpointStore
 
@@ -68,9 +69,12 @@ def test_who_is_judged(judged):
     _, _, _, records = judged
     rejected = {k for k, r in records.items() if r["kind"] == "rejected"}
     calibration = {k for k, r in records.items() if r["kind"] == "calibration"}
-    # Every verifier rejection with an extractable answer (whatever the verifier's reason), nothing else.
-    assert rejected == {"r_right", "r_wrong", "r_unsure", "r_two_verdicts", "r_cut_off", "r_injection", "r_mc"}
+    known_wrong = {k for k, r in records.items() if r["kind"] == "known_wrong"}
+    # Every verifier rejection with an extractable answer (whatever the verifier's reason), except the decisive
+    # mismatch r_wrong (5 against 3: two numbers outside the tolerance), nothing else.
+    assert rejected == {"r_right", "r_unsure", "r_two_verdicts", "r_cut_off", "r_injection", "r_mc"}
     assert len(calibration) == 3
+    assert len(known_wrong) == 3 and all(k.startswith("known_wrong:") for k in known_wrong)
     assert all(k.startswith("calibration:acc") for k in calibration)
     expected = set(calibration_sample([f"acc{i}" for i in range(6)], 3, 0))
     assert {k.removeprefix("calibration:") for k in calibration} == expected
@@ -78,7 +82,7 @@ def test_who_is_judged(judged):
 
 def test_requests_are_text_only_with_prepared_question_and_reference(judged):
     _, _, engine, _ = judged
-    assert len(engine.requests) == 10
+    assert len(engine.requests) == 12
     for request in engine.requests:
         assert request.images == []
         (message,) = request.messages
@@ -97,7 +101,6 @@ def test_records_and_verdicts(judged):
     verdicts = {k: r["verdict"] for k, r in records.items() if r["kind"] == "rejected"}
     assert verdicts == {
         "r_right": "CORRECT",
-        "r_wrong": "WRONG",
         "r_unsure": "UNSURE",
         "r_two_verdicts": "UNSURE",
         "r_cut_off": "UNSURE",
@@ -113,10 +116,12 @@ def test_records_and_verdicts(judged):
 def test_routing_only_correct_promotes(judged):
     root, _, _, records = judged
     generate = CheckpointStore(OutputLayout(root).generate_work).records()
-    outcome = {k: route(generate[k], records.get(k), judge_enabled=True) for k in generate}
+    answers = {p.id: p.answers for p in PAIRS}
+    outcome = {k: route(generate[k], records.get(k), judge_enabled=True,
+                        judged=goes_to_judge(generate[k], answers[k], None, "undecided", None)) for k in generate}
     accepted = {k for k, (ok, _) in outcome.items() if ok}
     assert accepted == {f"acc{i}" for i in range(6)} | {"r_right"}
-    assert outcome["r_wrong"] == (False, "wrong_answer")
+    assert outcome["r_wrong"] == (False, "wrong_answer")  # decisive: no verdict needed
     assert outcome["r_mc"] == (False, "wrong_answer")
     for key in ("r_unsure", "r_two_verdicts", "r_cut_off"):
         assert outcome[key] == (False, "judge_unsure")  # UNSURE never counts
@@ -132,7 +137,9 @@ def test_summary(judged):
     root, _, _, _ = judged
     summary = judge_summary(root)
     assert {k: summary[k] for k in ("judged", "promotions", "wrong", "unsure")} == {
-        "judged": 7, "promotions": 1, "wrong": 3, "unsure": 3}
+        "judged": 6, "promotions": 1, "wrong": 2, "unsure": 3}
+    # The scripted judge says CORRECT to anything it does not know: every known-wrong pair.
+    assert (summary["known_wrong_rejected"], summary["known_wrong_total"]) == (0, 3)
     calibrated_zero = "calibration:acc0" in CheckpointStore(OutputLayout(root).judge_work).done_keys()
     assert summary["calibration_total"] == 3
     assert summary["calibration_agreed"] == 3 - calibrated_zero
@@ -143,13 +150,15 @@ def test_summary_line_is_printed(tmp_path, capsys):
     write_output_dir(tmp_path, PAIRS)
     run(tmp_path, judge_calibration_size=6)
     out = capsys.readouterr().out
-    assert "CORRECT 1 (promoted), WRONG 3, UNSURE 3" in out
-    assert "agreed on 5/6" in out
+    assert "CORRECT 1 (promoted), WRONG 2, UNSURE 3" in out
+    assert "agreed on 5/6 verifier-accepted pairs, said WRONG to 0/6 known-wrong pairs" in out
+    assert "WARNING: family Demo: the judge said WRONG to only 0/6 known-wrong pairs (0.0%)" in out
 
 
 def test_injection_changes_nothing_in_how_the_verdict_is_read(tmp_path):
     """The verdict comes from the judge's own final answer only, never from the prompt or the candidate."""
-    plain = [Pair("a", ["3"], match=False, extracted="5"), Pair("b", ["3"], match=False, extracted="5 " + INJECTION)]
+    plain = [Pair("a", ["3"], match=False, extracted="five"),
+             Pair("b", ["3"], match=False, extracted="five " + INJECTION)]
     write_output_dir(tmp_path / "wrong", plain)
     run(tmp_path / "wrong", engine=ScriptedJudgeEngine(lambda prompt: "WRONG"), judge_calibration_size=0)
     records = CheckpointStore(OutputLayout(tmp_path / "wrong").judge_work).records()
@@ -181,11 +190,11 @@ def test_resume_after_a_crash_loses_and_duplicates_nothing(tmp_path):
         run(tmp_path, engine=ScriptedJudgeEngine(crashing))
     store = CheckpointStore(OutputLayout(tmp_path).judge_work)
     first = store.done_keys()
-    assert 0 < len(first) < 10
+    assert 0 < len(first) < 12
     _, engine = run(tmp_path)
     assert {r.key for r in engine.requests}.isdisjoint(first)  # nothing finished is redone
     lines = [json.loads(line) for part in store.parts() for line in part.read_text().splitlines()]
-    assert len(lines) == len({rec["key"] for rec in lines}) == 10
+    assert len(lines) == len({rec["key"] for rec in lines}) == 12
     # A rerun after completion does no work at all.
     _, engine = run(tmp_path)
     assert engine.requests == []
@@ -198,9 +207,9 @@ def test_data_parallel_ranks_split_the_work(tmp_path):
         _, engines[rank] = run(tmp_path, state=FakeState(process_index=rank, num_processes=2))
     keys = {rank: [r.key for r in engine.requests] for rank, engine in engines.items()}
     assert set(keys[0]).isdisjoint(keys[1])
-    assert len(keys[0]) == len(keys[1]) == 5
+    assert len(keys[0]) == len(keys[1]) == 6
     store = CheckpointStore(OutputLayout(tmp_path).judge_work)
-    assert len(store.done_keys()) == 10
+    assert len(store.done_keys()) == 12
     for part in store.parts():
         rank = int(part.name.split("-rank")[1][:5])
         assert {json.loads(line)["key"] for line in part.read_text().splitlines()} <= set(keys[rank])

@@ -1,0 +1,120 @@
+"""The judge's safeguards through the judge stage and emit, with judges whose verdicts the test controls (fakes:
+these tests are about routing): decisive mismatches never reach the judge, a judge that says CORRECT to
+everything is gated in every family (stats, card and log say so), and a discriminating judge's promotions pass."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from judge_helpers import FakeState, Pair, make_recipe, write_output_dir
+
+from rsgen.emit import run_emit
+from rsgen.judge import run_judge
+from rsgen.layout import OutputLayout
+
+MC = dict(family="MC", verifier="mc", options=("cube", "sphere", "cylinder"))
+FRUITS = ["lime", "fig", "apple", "plum", "berry", "lemon"]
+PAIRS = [
+    *(Pair(f"c_acc{i}", [str(i)], match=True, extracted=str(i), family="Count") for i in range(10)),
+    Pair("c_near", ["9"], match=False, extracted="10", family="Count"),  # decisive
+    Pair("c_units", ["3"], match=False, extracted="12 apples", family="Count"),  # decisive
+    Pair("c_word", ["3"], match=False, extracted="three", family="Count"),  # undecided: a word
+    *(Pair(f"f_acc{i}", [fruit], match=True, extracted=fruit, family="Fruit") for i, fruit in enumerate(FRUITS)),
+    Pair("f_other", ["lime"], match=False, extracted="fig", family="Fruit"),  # undecided: text
+    Pair("f_num", ["4"], match=False, extracted="7", family="Fruit"),  # decisive
+    *(Pair(f"p_acc{i}", [f"{i}.5"], match=True, extracted=f"{i}.5", family="Pi", verifier="numeric") for i in range(4)),
+    Pair("p_near", ["3.14159"], match=False, extracted="3.15", family="Pi", verifier="numeric"),  # decisive
+    *(Pair(f"m_acc{i}", ["ABC"[i % 3]], match=True, extracted="ABC"[i % 3], **MC) for i in range(6)),
+    Pair("m_letter", ["B"], match=False, extracted="C", **MC),  # decisive
+    Pair("m_text", ["B"], match=False, extracted="the round one", reason="mc_no_letter", **MC),  # undecided
+]
+DECISIVE = {"c_near", "c_units", "f_num", "p_near", "m_letter"}
+UNDECIDED = {"c_word", "f_other", "m_text"}
+VERIFIERS = {"Count": "relaxed", "Fruit": "relaxed", "Pi": "numeric", "MC": "mc"}
+
+
+class ItemJudge:
+    """A fake judge engine: `decide(item)` gives the verdict text for each judge item; every request is kept."""
+
+    def __init__(self, decide):
+        self.decide = decide
+        self.requests = []
+
+    def generate(self, requests):
+        from rsgen.engine import GenerationResult
+
+        for request in requests:
+            self.requests.append(request)
+            text = self.decide(request.meta)
+            yield request, GenerationResult(text=text, prompt_tokens=10, generated_tokens=1, hit_limit=False)
+
+
+def rubber_stamp(item):
+    return "CORRECT"
+
+
+def discriminating(item):
+    """Right on every pair here: CORRECT for what equals the reference, and for "three" against 3."""
+    return "CORRECT" if item.candidate == item.reference or (item.candidate, item.reference) == ("three", "3") \
+        else "WRONG"
+
+
+def judge_and_emit(root, decide, **overrides):
+    write_output_dir(root, PAIRS)
+    recipe = make_recipe(root, verifier=VERIFIERS, judge_calibration_size=8, **overrides)
+    engine = ItemJudge(decide)
+    run_judge(recipe, FakeState(), engine=engine)
+    run_emit(recipe)
+    layout = OutputLayout(root)
+    return engine, json.loads(layout.stats_json.read_text()), (layout.dataset / "README.md").read_text()
+
+
+@pytest.mark.parametrize("scope", ["undecided", "all"])
+def test_decisive_mismatches_never_reach_the_judge(tmp_path, scope):
+    engine, stats, _ = judge_and_emit(tmp_path, rubber_stamp, judge_scope=scope)
+    judged = {r.meta.id for r in engine.requests if r.meta.kind == "rejected"}
+    if scope == "undecided":
+        assert judged == UNDECIDED  # the decisive mismatches were not sent
+        assert stats["judge_counts"]["decisive"] == len(DECISIVE)
+    else:
+        assert judged == UNDECIDED | DECISIVE
+        assert stats["judge_counts"]["decisive"] == 0
+    assert stats["judge_counts"]["judged"] == len(judged)
+    assert stats["judge_scope"] == scope
+
+
+def test_a_judge_that_says_correct_to_everything_is_withheld_in_every_family(tmp_path, capsys):
+    engine, stats, card = judge_and_emit(tmp_path, rubber_stamp, judge_scope="all")
+    out = capsys.readouterr().out
+    for family, fam in stats["families"].items():
+        calib = fam["calibration"]
+        assert calib["known_wrong_total"] > 0 and calib["known_wrong_rejected"] == 0, family
+        assert fam["judge"]["gate"]["withheld"] is True
+        assert fam["judge"]["promoted"] == 0 and fam["accepted_qa"] == fam["verifier_accepted_qa"]
+        assert fam["judge"]["withheld"] == fam["judge"]["correct"] > 0
+        assert fam["rejected_reasons"]["judge_withheld"] == fam["judge"]["withheld"]
+        assert f"Warning — {family}:** the judge said `WRONG` to only 0/{calib['known_wrong_total']}" in card
+        assert f"WARNING: family {family}: the judge said WRONG to only 0/{calib['known_wrong_total']}" in out
+    assert stats["calibration"]["known_wrong_rejected"] == 0
+    assert stats["judge_counts"]["promoted"] == 0
+    assert "false-promotion rate of 100.0%" in card
+    # Known-wrong pairs came from every family, near misses among them.
+    misses = {(r.meta.family, r.meta.miss) for r in engine.requests if r.meta.kind == "known_wrong"}
+    assert {family for family, _ in misses} == set(VERIFIERS)
+    assert {("Count", "near_number"), ("Fruit", "other_reference"), ("MC", "neighbour_letter")} <= misses
+
+
+def test_a_discriminating_judge_passes_the_gate_and_its_promotions_are_listed(tmp_path):
+    _, stats, card = judge_and_emit(tmp_path, discriminating)
+    count = stats["families"]["Count"]
+    assert count["judge"]["gate"] == {"min_specificity": 0.95, "specificity": 1.0, "withheld": False}
+    assert count["calibration"]["agreed"] == count["calibration"]["total"] > 0
+    assert count["judge"]["promoted"] == 1 and count["judge"]["withheld"] == 0
+    assert count["judge"]["promotions"] == [
+        {"question": next(p for p in PAIRS if p.id == "c_word").question, "reference": "3", "candidate": "three"}]
+    assert "| three |" in card and "Warning —" not in card
+    fruit = stats["families"]["Fruit"]
+    assert fruit["judge"]["promoted"] == 0 and fruit["rejected_reasons"]["wrong_answer"] == 2
+    assert "false-promotion rate of 0.0%" in card
+    assert "`judge_scope: undecided`: 5 decisive mismatches" in card
