@@ -25,8 +25,12 @@ def run_demo(output_dir: str = "runs/demo", num_images: int | None = None, seed:
     start = time.perf_counter()
     run_pipeline(recipe)
     if distributed_state().is_main_process:
+        from rsgen.demo.truth import check_demo_run
+
         layout = OutputLayout(recipe.output_dir)
         print_stats_table(json.loads(layout.stats_json.read_text()))
+        # The pool knows every answer: grade what was accepted against the scenes, not against the judge.
+        print("\n" + check_demo_run(recipe.output_dir, source.demo_num_images, source.demo_seed).line())
         print(f"\ndemo finished in {time.perf_counter() - start:.0f} s")
         configs = sorted(p.name for p in (layout.dataset / "data").iterdir())
         print(f"dataset: {layout.dataset}  (configs: {', '.join(configs)})")
@@ -36,14 +40,20 @@ def run_demo(output_dir: str = "runs/demo", num_images: int | None = None, seed:
 
 
 def print_stats_table(stats: dict) -> None:
+    """Per family: accepted, rejected, accept rate, judge promotions (and withheld ones), and both calibration sides:
+    verifier-accepted pairs the judge agreed with, known-wrong pairs it rejected."""
     families = stats["families"]
-    header = f"{'family':<12} {'accepted':>9} {'rejected':>9} {'accept rate':>12} {'judge +':>8} {'calibration':>12}"
+    header = (f"{'family':<12} {'accepted':>9} {'rejected':>9} {'accept rate':>12} {'judge +':>8} {'withheld':>9} "
+              f"{'agreed':>8} {'known-wrong rejected':>21}")
     print("\n" + header)
     print("-" * len(header))
     for name, fam in sorted(families.items()):
         calib = fam.get("calibration") or {}
-        calib_text = f"{calib.get('agreed', 0)}/{calib.get('total', 0)}" if calib.get("total") else "-"
+        judge = fam.get("judge", {})
+        agreed = f"{calib['agreed']}/{calib['total']}" if calib.get("total") else "-"
+        rejected = f"{calib['known_wrong_rejected']}/{calib['known_wrong_total']}" if calib.get("known_wrong_total") \
+            else "-"
         print(
             f"{name:<12} {fam['accepted_qa']:>9} {fam['rejected_qa']:>9} {fam['accept_rate']:>11.1%} "
-            f"{fam.get('judge', {}).get('promoted', 0):>8} {calib_text:>12}"
+            f"{judge.get('promoted', 0):>8} {judge.get('withheld', 0):>9} {agreed:>8} {rejected:>21}"
         )

@@ -1,0 +1,59 @@
+"""The demo's truth check (rsgen.demo.truth): what counts as stating the scene's answer, and the default
+`rsgen demo` graded against the pool it drew: at most 1% of the accepted pairs may contradict it."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rsgen.demo.truth import check_demo_run, states_truth
+
+OPTIONS = ["cube", "sphere", "cylinder"]
+
+
+@pytest.mark.parametrize("answer, truth, options, ok", [
+    ("7", "7", [], True),
+    ("7.0", "7", [], True),
+    ("**7**", "7", [], True),
+    ("8", "7", [], False),
+    ("20", "19", [], False),  # inside relaxed's 5% of 20, still not the scene's answer
+    ("seven", "7", [], False),
+    ("Lime", "lime", [], True),
+    ("fig", "lime", [], False),
+    ("B", "sphere", OPTIONS, True),
+    ("(B) sphere", "sphere", OPTIONS, True),
+    ("sphere", "sphere", OPTIONS, True),
+    ("C", "sphere", OPTIONS, False),
+    (None, "7", [], False),
+])
+def test_states_truth(answer, truth, options, ok):
+    assert states_truth(answer, truth, options) is ok
+
+
+@pytest.mark.slow
+def test_default_demo_accepts_at_most_one_percent_wrong_pairs(tmp_path):
+    """The README's main command as a new user runs it (default pool: 300 images, 1,198 questions)."""
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "rsgen", "demo", "--output-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=900)
+    seconds = time.perf_counter() - start
+    assert out.returncode == 0, out.stderr[-4000:]
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    report = check_demo_run(tmp_path, 300, 20261202)
+    assert report.accepted == stats["totals"]["accepted_qa"]
+    assert len(report.wrong) <= 0.01 * report.accepted, report.wrong[:10]
+    assert report.line() in out.stdout
+    # The demo's bands.
+    assert 0.30 <= stats["totals"]["accept_rate"] <= 0.90, stats["totals"]
+    assert seconds < 300
+    # Both calibration sides, overall and per family, in stats.json and on the card.
+    card = (tmp_path / "dataset" / "README.md").read_text()
+    for entry in [stats, *stats["families"].values()]:
+        calib = entry["calibration"]
+        assert calib["total"] > 0 and calib["known_wrong_total"] > 0, calib
+        assert calib["agreed"] >= 0.8 * calib["total"]
+    calib = stats["calibration"]
+    assert (f"agreed on {calib['agreed']}/{calib['total']} verifier-accepted pairs; said `WRONG` to "
+            f"{calib['known_wrong_rejected']}/{calib['known_wrong_total']} known-wrong pairs") in card
