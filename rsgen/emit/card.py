@@ -423,20 +423,29 @@ def gate_paragraph(stats: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _pair_table(pairs: list[dict[str, str]]) -> list[str]:
+    return ["", "| question | reference | the judge's `CORRECT` answer |", "|---|---|---|",
+            *(f"| {_cell(p['question'])} | {_cell(p['reference'])} | {_cell(p['candidate'])} |" for p in pairs)]
+
+
 def spot_checks(stats: dict[str, Any]) -> str:
+    """Per family, up to 10 promoted pairs (and up to 10 the gate withheld), for a reader to check."""
     lines = []
     for family, fam in stats["families"].items():
-        promotions = fam["judge"].get("promotions") or []
-        if not promotions:
-            continue
-        lines += ["", f"**{family}**: {_n(fam['judge']['promoted'])} promoted"
-                  + (f", the first {len(promotions)}:" if fam["judge"]["promoted"] > len(promotions) else ":"),
-                  "", "| question | reference | promoted answer |", "|---|---|---|"]
-        lines += [f"| {_cell(p['question'])} | {_cell(p['reference'])} | {_cell(p['candidate'])} |"
-                  for p in promotions]
+        judge = fam["judge"]
+        shown = judge.get("promotions") or []
+        if shown:
+            more = f", the first {len(shown)}" if judge["promoted"] > len(shown) else ""
+            lines += ["", f"**{family}** — {_n(judge['promoted'])} promoted{more}:", *_pair_table(shown)]
+        withheld = judge.get("withheld_promotions") or []
+        if withheld:
+            more = f", the first {len(withheld)}" if judge.get("withheld", 0) > len(withheld) else ""
+            lines += ["", f"**{family}** — {_n(judge['withheld'])} withheld by the leniency gate{more}:",
+                      *_pair_table(withheld)]
     if not lines:
         return "No pair was promoted by the judge."
-    return "Promotions to spot-check (question, official answer, the answer the judge accepted):\n" + "\n".join(lines)
+    return "Promotions to spot-check (question, official answer, the answer the judge called correct):\n" + \
+        "\n".join(lines)
 
 
 def judge_section(stats: dict[str, Any]) -> str:

@@ -58,6 +58,7 @@ class PairOutcome:
     paths: tuple[str, ...] = ()  # per sample: verifier (matched) | decisive | judge (graded) | unjudged
     withheld: int = 0  # samples whose CORRECT the leniency gate withheld
     promoted: str | None = None  # accepted by the judge: the candidate it promoted
+    withheld_candidate: str | None = None  # the first candidate whose CORRECT the gate withheld
 
 
 @dataclass
@@ -155,6 +156,8 @@ def route_pair(qa: dict[str, Any], work: WorkRecords) -> PairOutcome:
         except JudgeMissingError as err:
             raise EmitError(str(err)) from err
     withheld = sum(reason == WITHHELD for _, reason in decisions)
+    withheld_candidate = next((rec["extracted"] for rec, (_, reason) in zip(samples, decisions) if reason == WITHHELD),
+                              None)
     for rec, (accepted, _reason) in zip(samples, decisions):
         if accepted:
             via = "verifier" if rec["match"] else "judge"
@@ -163,7 +166,8 @@ def route_pair(qa: dict[str, Any], work: WorkRecords) -> PairOutcome:
     first = samples[0]
     reason = decisions[0][1] or "wrong_answer"
     wrong = first["extracted"] if reason != "no_answer" else None
-    return PairOutcome(qa_id, False, "rejected", None, wrong, reason, tuple(paths), withheld)
+    return PairOutcome(qa_id, False, "rejected", None, wrong, reason, tuple(paths), withheld,
+                       withheld_candidate=withheld_candidate)
 
 
 @dataclass
@@ -182,6 +186,7 @@ class FamilyRouting:
     judge_paths: Counter = field(default_factory=Counter)  # samples by path: verifier, decisive, judge, unjudged
     judge_withheld: int = 0  # samples whose CORRECT the leniency gate withheld
     promotions: list[dict[str, str]] = field(default_factory=list)  # up to SPOT_CHECKS promoted pairs
+    withheld_promotions: list[dict[str, str]] = field(default_factory=list)  # up to SPOT_CHECKS withheld ones
     calibration_agreed: int = 0
     calibration_total: int = 0
     known_wrong_rejected: int = 0
@@ -215,6 +220,9 @@ def tally_row(tally: FamilyRouting, qas: Iterable[dict[str, Any]], outcomes: lis
         else:
             tally.rejected_qa += 1
             tally.rejected_reasons[outcome.reason] += 1
+            if outcome.withheld_candidate is not None and len(tally.withheld_promotions) < SPOT_CHECKS:
+                tally.withheld_promotions.append({"question": qa["question"], "reference": qa["answers"][0],
+                                                  "candidate": outcome.withheld_candidate})
         for rec, path in zip(work.samples[qa["id"]], outcome.paths):
             tally.samples += 1
             tally.prompt_tokens += int(rec["prompt_tokens"] or 0)

@@ -202,6 +202,7 @@ def family_stats(family: str, tally: FamilyRouting, plans: dict[str, SplitPlan],
             "unsure": tally.judge_verdicts.get("UNSURE", 0),
             "gate": gate_stats(calibration, min_specificity),
             "promotions": list(tally.promotions),  # up to 10 promoted pairs, to spot-check
+            "withheld_promotions": list(tally.withheld_promotions),  # up to 10 the gate withheld
         },
         "calibration": calibration,
         "cleaning": {

@@ -151,6 +151,7 @@ def test_stats_count_what_was_written(emitted_run):
     assert fam["rejected_reasons"] == {"judge_unsure": 2, "no_answer": 1, "wrong_answer": 3}
     judge = fam["judge"]
     promotions = judge.pop("promotions")
+    assert judge.pop("withheld_promotions") == []
     assert judge == {"enabled": True, "verifier": 4, "decisive": 0, "judged": 6, "promoted": 1, "withheld": 0,
                      "correct": 1, "wrong": 3, "unsure": 2,
                      "gate": {"min_specificity": 0.95, "specificity": 1.0, "withheld": False}}

@@ -32,7 +32,8 @@ def tiny_model(tiny_vlm_factory):
 
 def pairs(n_rejected: int, n_accepted: int) -> list[Pair]:
     out = [Pair(f"acc{i:03d}", [str(i)], match=True, extracted=str(i)) for i in range(n_accepted)]
-    out += [Pair(f"rej{i:03d}", [str(i)], match=False, extracted=f"{i + 1} apples") for i in range(n_rejected)]
+    # Not numbers ("about 4"), so not decisive mismatches: every one goes to the judge.
+    out += [Pair(f"rej{i:03d}", [str(i)], match=False, extracted=f"about {i + 1}") for i in range(n_rejected)]
     out.append(Pair("none", ["1"], match=False, extracted=None, reason="no_answer"))
     return out
 
@@ -43,8 +44,9 @@ def test_end_to_end_with_a_tiny_model(tmp_path, tiny_model, capsys):
                          judge_calibration_size=3, enable_thinking=True)
     run_judge(recipe, distributed_state())
     records = CheckpointStore(OutputLayout(tmp_path).judge_work).records()
-    assert len(records) == 9
+    assert len(records) == 12
     assert sum(r["kind"] == "calibration" for r in records.values()) == 3
+    assert sum(r["kind"] == "known_wrong" for r in records.values()) == 3
     assert "none" not in records
 
     from rsgen.engine.models import load_config, load_processor
@@ -63,7 +65,7 @@ def test_end_to_end_with_a_tiny_model(tmp_path, tiny_model, capsys):
             tokenize=False, add_generation_prompt=True, enable_thinking=True)
         assert rec["prompt_tokens"] == len(processor.tokenizer(text, add_special_tokens=False)["input_ids"])
     summary = judge_summary(tmp_path)
-    assert summary["judged"] == 6 and summary["calibration_total"] == 3
+    assert summary["judged"] == 6 and summary["calibration_total"] == 3 and summary["known_wrong_total"] == 3
     assert f"agreed on {summary['calibration_agreed']}/3" in capsys.readouterr().out
 
 
@@ -85,7 +87,7 @@ def test_sigkill_and_restart_loses_and_duplicates_nothing(tmp_path, tiny_model, 
     for root in (killed, clean):
         root.mkdir()
         write_output_dir(root, pairs(24, 8))
-    expected = 24 + 4
+    expected = 24 + 4 + 4  # rejected, verifier-accepted and known-wrong calibration pairs
     store = CheckpointStore(OutputLayout(killed).judge_work)
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -115,3 +117,32 @@ def test_sigkill_and_restart_loses_and_duplicates_nothing(tmp_path, tiny_model, 
     assert got.keys() == reference.keys()
     fields = ("verdict", "response", "prompt_tokens", "generated_tokens", "kind", "reference", "candidate")
     assert {k: [got[k][f] for f in fields] for k in got} == {k: [reference[k][f] for f in fields] for k in got}
+
+
+def test_a_text_only_causal_lm_judges_through_rsgen_run(tmp_path):
+    """`rsgen run` with the shipped demo VLM generating and a separate tiny text-only chat LM (built here) judging,
+    with its own template arguments."""
+    from rsgen.testing.zoo import build_tiny_text_lm
+
+    text_lm = build_tiny_text_lm(tmp_path / "text-lm")
+    out_dir = tmp_path / "run"
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "output_dir": str(out_dir), "model_name_or_path": "rsgen-demo", "max_new_tokens": 96,
+        "sources": [{"dataset_name": "rsgen-demo", "demo_num_images": 4, "demo_seed": 5, "family_column": "family",
+                     "options_column": "options", "source_id_column": "source_id"}],
+        "verifier": {"CLEVRMath": "relaxed", "DemoChart": "relaxed", "DemoMC": "mc"},
+        "judge_model_name_or_path": text_lm, "judge_chat_template_kwargs": {"enable_thinking": False},
+        "judge_max_new_tokens": 6, "judge_calibration_size": 3, "judge_scope": "all", "prepare_num_proc": 1}))
+    done = subprocess.run([sys.executable, "-m", "rsgen", "run", "--config", str(recipe)], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    records = CheckpointStore(OutputLayout(out_dir).judge_work).records()
+    kinds = {r["kind"] for r in records.values()}
+    assert {"rejected", "calibration", "known_wrong"} <= kinds
+    assert all(r["model"] == text_lm for r in records.values())
+    assert all(r["verdict"] == parse_verdict(r["response"], r["hit_limit"]) for r in records.values())
+    stats = json.loads(OutputLayout(out_dir).stats_json.read_text())
+    assert stats["judge_model"] == text_lm and stats["model"] == "rsgen-demo"
+    assert stats["judge_counts"]["judged"] == sum(r["kind"] == "rejected" for r in records.values())
+    assert f"re-examined by `{text_lm}`" in (OutputLayout(out_dir).dataset / "README.md").read_text()

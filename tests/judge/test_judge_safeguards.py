@@ -99,6 +99,11 @@ def test_a_judge_that_says_correct_to_everything_is_withheld_in_every_family(tmp
     assert stats["calibration"]["known_wrong_rejected"] == 0
     assert stats["judge_counts"]["promoted"] == 0
     assert "false-promotion rate of 100.0%" in card
+    # What the gate withheld is listed for a reader to check: "fig" for "lime" among it.
+    withheld = stats["families"]["Fruit"]["judge"]["withheld_promotions"]
+    assert {"question": next(p for p in PAIRS if p.id == "f_other").question, "reference": "lime",
+            "candidate": "fig"} in withheld
+    assert "**Fruit** — 2 withheld by the leniency gate:" in card and "| lime | fig |" in card
     # Known-wrong pairs came from every family, near misses among them.
     misses = {(r.meta.family, r.meta.miss) for r in engine.requests if r.meta.kind == "known_wrong"}
     assert {family for family, _ in misses} == set(VERIFIERS)
