@@ -1,8 +1,9 @@
 """prepare -> generate -> judge -> emit, with barriers between stages, on one process or under accelerate.
 
 Each stage is resumable on its own (its outputs on disk say what is finished), so `run` is simply every stage
-in order; a rerun redoes nothing finished. run.json pins what the finished work depends on: a rerun with a
-recipe that changes any of it is refused instead of mixing results from two setups.
+in order; a rerun redoes nothing finished. run.json pins, per stage, the keys that stage's work depends on: a
+rerun that changes a key of a stage with work on disk is refused (it would mix results of two setups); a key
+of a stage with no work yet may change, and the change is recorded in run.json.
 """
 
 from __future__ import annotations
@@ -28,30 +29,30 @@ from rsgen.store import distributed_state
 
 STAGES = ("prepare", "generate", "judge", "emit")
 
-# Keys whose change invalidates finished work in an existing output directory.
-PINNED_KEYS = (
-    "model_name_or_path",
-    "model_revision",
-    "sources",
-    "instruction",
-    "enable_thinking",
-    "chat_template_kwargs",
-    "max_new_tokens",
-    "temperature",
-    "top_p",
-    "num_samples",
-    "seed",
-    "verifier",
-    "numeric_tolerance",
-    "judge_model_name_or_path",
-    "judge_chat_template_kwargs",
-    "judge_prompt_file",
-    "judge_max_new_tokens",
-    "judge_calibration_size",
-    "judge_calibration_seed",
-    "max_image_pixels",
-    "max_aspect_ratio",
-)
+# Per stage: the keys its work depends on, and what on disk shows that it has work. Generate records carry the
+# verifier's decision, so the verifier keys belong to generate; the judge reads those decisions.
+STAGE_PINS: dict[str, tuple[str, ...]] = {
+    "prepare": ("sources", "instruction", "max_image_pixels", "max_aspect_ratio"),
+    "generate": ("model_name_or_path", "model_revision", "enable_thinking", "chat_template_kwargs", "max_new_tokens",
+                 "temperature", "top_p", "num_samples", "seed", "verifier", "numeric_tolerance",
+                 "math_timeout_seconds"),
+    "judge": ("judge_model_name_or_path", "judge_chat_template_kwargs", "judge_prompt_file", "judge_max_new_tokens",
+              "judge_calibration_size", "judge_calibration_seed"),
+}
+PINNED_KEYS = tuple(key for keys in STAGE_PINS.values() for key in keys)
+
+
+def stage_work(layout: OutputLayout) -> dict[str, Any]:
+    """Per pinned stage, the path that holds its work, or None when it has none yet."""
+
+    def nonempty(path):
+        return path if path.is_dir() and any(path.iterdir()) else None
+
+    return {
+        "prepare": layout.prepared if layout.prepared.is_dir() else None,
+        "generate": nonempty(layout.generate_work),
+        "judge": nonempty(layout.judge_work),
+    }
 PACKAGES = ("rsgen", "torch", "transformers", "accelerate", "datasets", "trl", "evaluate", "math-verify", "huggingface_hub")
 
 
@@ -69,20 +70,54 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def changed_fields(key: str, old: Any, new: Any) -> list[tuple[str, Any, Any]]:
+    """(field, old, new) for each field that differs, looking inside `sources` (`sources[1].answer_column`)."""
+    if _same(old, new):
+        return []
+    if key == "sources" and isinstance(old, list) and isinstance(new, list):
+        out = []
+        if len(old) != len(new):
+            out.append(("sources (number of entries)", len(old), len(new)))
+        for i, (a, b) in enumerate(zip(old, new)):
+            if isinstance(a, dict) and isinstance(b, dict):
+                out += [(f"sources[{i}].{f}", a.get(f), b.get(f)) for f in sorted(set(a) | set(b))
+                        if not _same(a.get(f), b.get(f))]
+            elif not _same(a, b):
+                out.append((f"sources[{i}]", a, b))
+        return out
+    return [(key, old, new)]
+
+
 def check_and_write_run_json(recipe: RecipeConfig, state: PartialState) -> None:
-    """Refuse a recipe that contradicts finished work; record the resolved recipe and versions."""
+    """Refuse a recipe that contradicts work on disk; record the resolved recipe, versions and allowed changes."""
     layout = OutputLayout(recipe.output_dir)
     pinned = {k: recipe.to_dict()[k] for k in PINNED_KEYS}
     previous: dict[str, Any] = {}
+    changes: list[dict[str, Any]] = []
     if layout.run_json.exists():
         previous = json.loads(layout.run_json.read_text())
         old = previous.get("pinned", {})
-        changed = [k for k in PINNED_KEYS if k in old and json.dumps(old[k], sort_keys=True) != json.dumps(pinned[k], sort_keys=True)]
-        if changed:
-            details = "; ".join(f"{k}: {old[k]!r} -> {pinned[k]!r}" for k in changed)
+        work = stage_work(layout)
+        refused = []
+        for stage, keys in STAGE_PINS.items():
+            for key in keys:
+                if key not in old:
+                    continue
+                for name, before, after in changed_fields(key, old[key], pinned[key]):
+                    if work[stage] is not None:
+                        refused.append(f"  {name}: {before!r} -> {after!r} (the {stage} work in {work[stage]} "
+                                       "was made with the old value)")
+                    else:
+                        changes.append({"key": name, "from": before, "to": after, "at": _now()})
+        if refused:
             raise RecipeError(
-                f"output_dir {recipe.output_dir!r} holds work made with a different recipe ({details}). "
-                "Use a new output_dir, or delete the old one to start over."
+                f"output_dir {recipe.output_dir!r} holds work that this recipe contradicts:\n" + "\n".join(refused)
+                + "\nPut the old values back, use a new output_dir, or delete the named work to redo that stage "
+                "(and the stages after it)."
             )
     state.wait_for_everyone()
     if state.is_main_process:
@@ -97,6 +132,8 @@ def check_and_write_run_json(recipe: RecipeConfig, state: PartialState) -> None:
             "last_started_at": _now(),
             "finished_at": previous.get("finished_at"),
             "stages": previous.get("stages", {}),
+            # Keys changed while their stage had no work yet: allowed, and kept here.
+            "recipe_changes": previous.get("recipe_changes", []) + changes,
         }
         _write_json(layout.run_json, run)
     state.wait_for_everyone()
@@ -170,10 +207,10 @@ def check_before_work(recipe: RecipeConfig, stages: tuple[str, ...]) -> None:
 def run_stage(name: str, recipe: RecipeConfig, state: PartialState | None = None, checked: bool = False) -> None:
     if name not in STAGES:
         raise RecipeError(f"unknown stage {name!r}; choose one of {', '.join(STAGES)}")
-    if not checked:
-        check_before_work(recipe, (name,))
     state = state or distributed_state()
-    if name == "prepare" or name == "generate":
+    if not checked:  # run_pipeline checks once for every stage
+        check_before_work(recipe, (name,))
+        # Every stage checks the recipe against the work on disk (emit writes what the work says).
         check_and_write_run_json(recipe, state)
     started = _now()
     if name == "prepare":
