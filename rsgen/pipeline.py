@@ -109,14 +109,14 @@ def check_and_write_run_json(recipe: RecipeConfig, state: PartialState) -> None:
                     continue
                 for name, before, after in changed_fields(key, old[key], pinned[key]):
                     if work[stage] is not None:
-                        refused.append(f"  {name}: {before!r} -> {after!r} (the {stage} work in {work[stage]} "
+                        refused.append(f"{name}: {before!r} -> {after!r} (the {stage} work in {work[stage]} "
                                        "was made with the old value)")
                     else:
                         changes.append({"key": name, "from": before, "to": after, "at": _now()})
         if refused:
             raise RecipeError(
-                f"output_dir {recipe.output_dir!r} holds work that this recipe contradicts:\n" + "\n".join(refused)
-                + "\nPut the old values back, use a new output_dir, or delete the named work to redo that stage "
+                f"output_dir {recipe.output_dir!r} holds work that this recipe contradicts: " + "; ".join(refused)
+                + ". Put the old values back, use a new output_dir, or delete the named work to redo that stage "
                 "(and the stages after it)."
             )
     state.wait_for_everyone()

@@ -368,17 +368,18 @@ def _top_reasons(report: dict, n: int) -> list[tuple[str, int]]:
 
 
 def empty_pool_message(report: dict, report_path) -> str:
-    lines = [f"prepare: none of the {report['input_qa_pairs']} QA pairs survived cleaning, so there is nothing "
-             "to generate from. Most frequent drop reasons, with example rows:"]
+    """One line (the CLI prints errors on one line): the top reasons, each with a hint and example rows."""
+    parts = []
     for reason, count in _top_reasons(report, 5):
-        hint = f"  ({HINTS[reason]})" if reason in HINTS else ""
-        lines.append(f"  {reason}: {count}{hint}")
+        shown = []
         for ex in report["examples"].get(reason, []):
             where = f" at {ex['where']}" if "where" in ex else ""
-            value = f": {json.dumps(ex['value'], ensure_ascii=False)}" if "value" in ex else ""
-            lines.append(f"    {ex['source']} row {ex['source_row_id']}{where}{value}")
-    lines.append(f"Every reason and its examples: {report_path}")
-    return "\n".join(lines)
+            value = f" = {json.dumps(ex['value'], ensure_ascii=False)}" if "value" in ex else ""
+            shown.append(f"{ex['source']} row {ex['source_row_id']}{where}{value}")
+        hint = f" ({HINTS[reason]})" if reason in HINTS else ""
+        parts.append(f"{reason}: {count}{hint}, e.g. " + ", ".join(shown))
+    return (f"prepare: none of the {report['input_qa_pairs']} QA pairs survived cleaning, so there is nothing to "
+            f"generate from. Top drop reasons: {'; '.join(parts)}. Every reason and its examples: {report_path}")
 
 
 class _Pass1:

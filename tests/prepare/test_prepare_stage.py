@@ -297,9 +297,9 @@ def test_pool_whose_rows_are_all_dropped_exits_2_with_examples(tmp_path, tools, 
     name = "metadata.jsonl" if pool_format == "imagefolder" else f"pool.{pool_format}"
     assert "none of the 5 QA pairs survived cleaning" in err
     assert "answer_empty: 4" in err and "image_undecodable: 1" in err
-    assert f"sources[0] row {name}:0: \"\"" in err  # the row and the value that failed
+    assert f"sources[0] row {name}:0 = \"\"" in err  # the row and the value that failed
     bad_image = "<4 bytes>" if pool_format == "parquet" else "img4.png"
-    assert f"sources[0] row {name}:4: \"{bad_image}\"" in err
+    assert f"sources[0] row {name}:4 = \"{bad_image}\"" in err
     report = json.loads((out / "prepared.partial" / "prepare_report.json").read_text())
     assert str(out / "prepared.partial" / "prepare_report.json") in err
     assert [e["source_row_id"] for e in report["examples"]["answer_empty"]] == [f"{name}:{i}" for i in range(3)]
@@ -316,7 +316,7 @@ def test_run_stops_at_prepare_when_every_row_is_dropped(tmp_path, tools, capsys)
         main(["run", "--config", write_recipe(tmp_path / "r.yaml", tmp_path / "out", [source])])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "image_file_missing: 1  (image paths resolve against the source's data_dir" in err
+    assert "image_file_missing: 1 (image paths resolve against the source's data_dir" in err
     assert "no generate work" not in err and "rsgen generate" not in err
     assert not (tmp_path / "out" / "work").exists()
 
