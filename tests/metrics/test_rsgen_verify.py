@@ -80,9 +80,21 @@ def test_unknown_configuration_is_a_clear_error():
         evaluate.load(metric_path(), "fuzzy")
 
 
-def test_options_length_mismatch_is_a_clear_error(metrics):
-    with pytest.raises(ValueError, match="options has 1 entries for 2 predictions"):
-        metrics["mc"].compute(predictions=["A", "B"], references=["A", "B"], options=[["x", "y"]])
+def test_options_length_mismatch_is_a_clear_error():
+    mc = evaluate.load(metric_path(), "mc")  # evaluate keeps a failed batch's format: a metric of its own
+    with pytest.raises(ValueError, match=r"Mismatch in the number of predictions \(2\) and options \(1\)"):
+        mc.compute(predictions=["A", "B"], references=["A", "B"], options=[["x", "y"]])
+
+
+def test_options_are_a_feature_of_mc_kept_by_add_batch(metrics):
+    mc = metrics["mc"]
+    assert "options" in mc.features[0] and "options" not in metrics["relaxed"].features[0]
+    mc.add_batch(predictions=["blue"], references=["B"], options=[["red", "blue"]])
+    mc.add_batch(predictions=["green"], references=["B"], options=[["red", "blue"]])
+    mc.add(prediction="(B)", reference="B")  # options may be left out: the letter alone decides
+    result = mc.compute()
+    assert result["matches"] == [True, False, True] and result["extracted"] == ["B", "green", "B"]
+    assert mc.compute(predictions=["B"], references=["B"])["accuracy"] == 1.0
 
 
 def test_non_text_predictions_are_rejected_by_evaluate_with_a_clear_error(metrics):

@@ -70,20 +70,18 @@ class RsgenVerify(evaluate.Metric):
             raise ValueError(
                 f"unknown verifier {self.config_name!r}; load the metric with one of: {', '.join(sorted(VERIFIERS))}"
             )
+        # `options` is an input feature of `mc` (so `add_batch` stores it, across processes too); the other
+        # verifiers take no options.
+        extra = {"options": datasets.List(datasets.Value("string"))} if verifier == "mc" else {}
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
             features=[
-                datasets.Features(
-                    {
-                        "predictions": datasets.Value("string"),
-                        "references": datasets.Sequence(datasets.Value("string")),
-                    }
-                ),
-                datasets.Features(
-                    {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
-                ),
+                datasets.Features({"predictions": datasets.Value("string"),
+                                   "references": datasets.List(datasets.Value("string")), **extra}),
+                datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string"),
+                                   **extra}),
             ],
             reference_urls=[
                 "https://github.com/vis-nlp/ChartQA",
@@ -95,16 +93,36 @@ class RsgenVerify(evaluate.Metric):
     def verifier(self) -> str:
         return DEFAULT_VERIFIER if self.config_name == "default" else self.config_name
 
+    def _without_options_is_no_options(self, predictions, kwargs: dict) -> dict:
+        """`mc` without `options`: every example has none (the letter alone decides), as before it was a feature."""
+        if self.verifier == "mc" and kwargs.get("options") is None and predictions is not None:
+            kwargs = {**kwargs, "options": [[] for _ in predictions]}
+        return kwargs
+
+    def compute(self, *, predictions=None, references=None, **kwargs):
+        """Compute the metric over the stored and the given examples (`mc`: `options` optional)."""
+        kwargs = self._without_options_is_no_options(predictions, kwargs)
+        return super().compute(predictions=predictions, references=references, **kwargs)
+
+    def add_batch(self, *, predictions=None, references=None, **kwargs):
+        """Store a batch of examples (`mc`: `options` optional)."""
+        kwargs = self._without_options_is_no_options(predictions, kwargs)
+        return super().add_batch(predictions=predictions, references=references, **kwargs)
+
+    def add(self, *, prediction=None, reference=None, **kwargs):
+        """Store one example (`mc`: `options` optional)."""
+        if self.verifier == "mc" and kwargs.get("options") is None:
+            kwargs = {**kwargs, "options": []}
+        return super().add(prediction=prediction, reference=reference, **kwargs)
+
     def _compute(self, predictions, references, options=None, numeric_tolerance=None, timeout_seconds=None):
-        if options is not None and len(options) != len(predictions):
-            raise ValueError(f"options has {len(options)} entries for {len(predictions)} predictions")
         matches, extracted, reasons = [], [], []
         for i, (prediction, reference) in enumerate(zip(predictions, references)):
             decision = verify_response(
                 self.verifier,
                 prediction,
                 reference,
-                options=options[i] if options is not None else None,
+                options=(options[i] or None) if options is not None else None,
                 numeric_tolerance=numeric_tolerance,
                 timeout_seconds=timeout_seconds,
             )
