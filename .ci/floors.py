@@ -1,0 +1,32 @@
+"""Print pip constraints pinning every dependency of pyproject.toml (and its `dev` extra) to its declared floor.
+
+    python .ci/floors.py > floors.txt && pip install -c floors.txt -e ".[dev]"
+
+installs exactly the oldest versions rsgen claims to support, so CI can prove the claim; `--check` then verifies
+that each installed version is its floor.
+"""
+
+import importlib.metadata
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+from packaging.version import Version
+
+pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+project = pyproject["project"]
+requirements = project["dependencies"] + project["optional-dependencies"]["dev"]
+for requirement in requirements:
+    match = re.match(r"^\s*([A-Za-z0-9_.-]+)(\[[^\]]*\])?\s*(.*)$", requirement)
+    name, spec = match.group(1), match.group(3)
+    floor = re.search(r">=\s*([0-9][^,;\s]*)", spec)
+    if floor is None:
+        sys.exit(f"{requirement!r} has no `>=` floor; every dependency declares the oldest version it works with")
+    if "--check" in sys.argv:
+        installed = importlib.metadata.version(name)
+        if Version(Version(installed).base_version) != Version(floor.group(1)):
+            sys.exit(f"{name} {installed} is installed, not its declared floor {floor.group(1)}")
+        print(f"{name} {installed} (floor {floor.group(1)})")
+    else:
+        print(f"{name}=={floor.group(1)}")
