@@ -9,10 +9,9 @@ that each installed version is its floor.
 import importlib.metadata
 import re
 import sys
-import tomllib
 from pathlib import Path
 
-from packaging.version import Version
+import tomllib  # Python 3.11+: CI's interpreter (rsgen itself supports 3.10)
 
 pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
 project = pyproject["project"]
@@ -23,7 +22,9 @@ for requirement in requirements:
     floor = re.search(r">=\s*([0-9][^,;\s]*)", spec)
     if floor is None:
         sys.exit(f"{requirement!r} has no `>=` floor; every dependency declares the oldest version it works with")
-    if "--check" in sys.argv:
+    if "--check" in sys.argv:  # inside the floors environment, which has packaging
+        from packaging.version import Version
+
         installed = importlib.metadata.version(name)
         if Version(Version(installed).base_version) != Version(floor.group(1)):
             sys.exit(f"{name} {installed} is installed, not its declared floor {floor.group(1)}")
