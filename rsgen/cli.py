@@ -120,12 +120,9 @@ def setup_logging(level: str, is_main: bool) -> None:
     import transformers
 
     value = getattr(logging, level.upper()) if is_main else logging.WARNING
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+    logging.basicConfig(format="[%(name)s] %(message)s")  # a no-op where the root logger has handlers already
     logger = logging.getLogger("rsgen")
-    logger.handlers[:] = [handler]
     logger.setLevel(value)
-    logger.propagate = False
     libraries = max(value, logging.WARNING)
     transformers.utils.logging.set_verbosity(libraries)
     datasets.utils.logging.set_verbosity(libraries)

@@ -157,3 +157,31 @@ def test_under_accelerate_the_error_is_printed_once(tmp_path):
     assert out.stderr.count("rsgen: error: ") == 1, out.stderr
     assert "Traceback" not in out.stderr.split("rsgen: error: ")[0] + out.stderr.split("\n", 1)[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_log_level_and_quiet_other_ranks():
+    import logging
+
+    import datasets
+    import transformers
+
+    from rsgen.cli import setup_logging
+
+    logger = logging.getLogger("rsgen")
+    try:
+        setup_logging("debug", is_main=True)
+        assert logger.level == logging.DEBUG and transformers.utils.logging.get_verbosity() == logging.WARNING
+        assert transformers.utils.logging.is_progress_bar_enabled()
+        setup_logging("error", is_main=True)
+        assert logger.level == logging.ERROR and datasets.utils.logging.get_verbosity() == logging.ERROR
+        setup_logging("debug", is_main=False)  # another rank: warnings only, no progress bars
+        assert logger.level == logging.WARNING
+        assert not transformers.utils.logging.is_progress_bar_enabled()
+        assert not datasets.utils.logging.is_progress_bar_enabled()
+    finally:
+        setup_logging("info", is_main=True)
+        transformers.utils.logging.enable_progress_bar()
+        datasets.enable_progress_bars()
+        import huggingface_hub
+
+        huggingface_hub.utils.enable_progress_bars()
