@@ -87,7 +87,7 @@ class RecipeConfig:
 
     output_dir: str = field(default="runs/demo", metadata={"stage": "run", "help": "everything of a run lives here"})
 
-    model_name_or_path: str = field(default=DEMO_MODEL, metadata={"stage": "model", "help": "Hub id or local directory of an image-text-to-text model; `rsgen-demo` is the shipped demo model"})
+    model_name_or_path: str = field(default=DEMO_MODEL, metadata={"stage": "model", "help": "Hub id or local directory of an image-text-to-text model; required unless every source is the demo pool; `rsgen-demo` = the shipped 1.1M-parameter demo model (its card says so)"})
     engine: str = field(default="transformers", metadata={"stage": "model", "help": "the engine implementation (rsgen.engine.ENGINES)"})
     model_revision: str | None = field(default=None, metadata={"stage": "model", "help": "pin a Hub commit of the model"})
     torch_dtype: str = field(default="auto", metadata={"stage": "model", "help": "auto = the dtype the checkpoint was saved in; or bfloat16, float16, float32"})
@@ -137,7 +137,7 @@ class RecipeConfig:
     push_to_hub: bool = field(default=False, metadata={"stage": "emit", "help": "upload dataset/ at the end"})
     hub_dataset_id: str | None = field(default=None, metadata={"stage": "emit", "help": "USER/NAME of the dataset repository to upload to"})
     hub_private: bool = field(default=False, metadata={"stage": "emit", "help": "create the repository private"})
-    demo: bool = field(default=False, metadata={"stage": "emit", "help": "the card says this is a demo dataset"})
+    demo: bool = field(default=False, metadata={"stage": "emit", "help": "the card says this is a demo dataset (it always does when the demo model answered or judged)"})
 
     # ------------------------------------------------------------------ helpers
 
@@ -241,6 +241,13 @@ def recipe_from_dict(raw: dict[str, Any], where: str = "recipe") -> RecipeConfig
         else:
             kwargs[key] = _check_type(key, value, fields[key], where)
     recipe = RecipeConfig(**kwargs)
+    if "model_name_or_path" not in raw and any(s.dataset_name != DEMO_DATASET for s in recipe.sources):
+        # The default is the demo model, right for the demo pool only: a real pool must not get it silently.
+        raise RecipeError(
+            f"{where}: model_name_or_path is not set. Set it to the model that answers, a Hub id or a local "
+            "directory of an image-text-to-text model with a chat template (e.g. Qwen/Qwen2.5-VL-7B-Instruct), or "
+            f"to `{DEMO_MODEL}` to run the 1.1M-parameter demo model on purpose (its dataset card says it is a demo)"
+        )
     validate_recipe(recipe)
     return recipe
 

@@ -26,7 +26,8 @@ def write(tmp_path, text):
 
 
 def test_yaml_and_overrides(tmp_path):
-    p = write(tmp_path, "output_dir: runs/a\nmax_new_tokens: 64\nsources:\n  - dataset_name: x\n    family: X\n")
+    p = write(tmp_path, "output_dir: runs/a\nmodel_name_or_path: org/vlm\nmax_new_tokens: 64\n"
+                        "sources:\n  - dataset_name: x\n    family: X\n")
     r = load_recipe(p, ["--max_new_tokens", "128", "--judge=false", "--verifier", "{X: exact}"])
     assert r.output_dir == "runs/a"
     assert r.max_new_tokens == 128
@@ -104,3 +105,19 @@ def test_verifier_settings_are_checked_at_load(key, value):
     # The verifiers would raise on the first verified response, after the model loaded; the recipe fails first.
     with pytest.raises(RecipeError, match=f"{key.removeprefix('math_')} must be a finite number"):
         recipe_from_dict({key: value})
+
+
+def test_real_sources_without_a_model_are_an_error_naming_the_choices():
+    with pytest.raises(RecipeError) as err:
+        recipe_from_dict({"sources": [SOURCE]})
+    message = str(err.value)
+    assert "model_name_or_path is not set" in message and "Qwen/Qwen2.5-VL-7B-Instruct" in message
+    assert "`rsgen-demo`" in message  # how to choose the demo model on purpose
+    assert recipe_from_dict({"sources": [SOURCE], "model_name_or_path": "rsgen-demo"}).model_name_or_path == "rsgen-demo"
+
+
+def test_the_demo_pool_defaults_to_the_demo_model():
+    demo = {"dataset_name": "rsgen-demo", "family_column": "family"}
+    assert recipe_from_dict({"sources": [demo]}).model_name_or_path == "rsgen-demo"
+    with pytest.raises(RecipeError, match="model_name_or_path is not set"):
+        recipe_from_dict({"sources": [demo, SOURCE]})

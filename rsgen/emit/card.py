@@ -220,8 +220,8 @@ def demo_banner(stats: dict[str, Any]) -> str:
     if not stats["card"].get("demo"):
         return ""
     return (
-        "\n> **This is a demo dataset.** It was made to show the rsgen pipeline at work (`demo: true` in its recipe), "
-        "typically from the procedurally drawn demo pool with the tiny model that ships with rsgen. Its numbers say "
+        "\n> **This is a demo dataset.** It was made to show the rsgen pipeline at work (with the tiny demo model that "
+        "ships with rsgen, or `demo: true` in its recipe), typically from the procedurally drawn demo pool. Its numbers say "
         "nothing about the quality of a real model; do not train on it.\n"
     )
 

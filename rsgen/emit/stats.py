@@ -13,7 +13,7 @@ from typing import Any
 
 from datasets import Features
 
-from rsgen.config import DEMO_DATASET, RecipeConfig, RecipeError, SourceConfig
+from rsgen.config import DEMO_DATASET, DEMO_MODEL, RecipeConfig, RecipeError, SourceConfig
 from rsgen.emit.splits import FamilyRouting
 from rsgen.emit.trl_views import VIEWS
 from rsgen.routing import judge_trusted, specificity
@@ -274,7 +274,8 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
             "license_name": recipe.license_name,
             "task_categories": list(recipe.task_categories),
             "language": list(recipe.language),
-            "demo": recipe.demo,
+            # The demo model's output is a demo whatever the recipe says: its numbers say nothing of a real model.
+            "demo": recipe.demo or DEMO_MODEL in (recipe.model_name_or_path, recipe.judge_model_name_or_path),
             "hub_dataset_id": recipe.hub_dataset_id,
             "num_card_examples": recipe.num_card_examples,
             "sft_keep_reasoning": recipe.sft_keep_reasoning,

@@ -23,9 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsgen.config import RecipeError, SourceConfig
+from rsgen.config import DEMO_DATASET, RecipeError, SourceConfig
 
-DEMO_DATASET = "rsgen-demo"
 LLAVA_HUMAN = {"human", "user"}
 LLAVA_ASSISTANT = {"gpt", "assistant", "model", "bot"}
 IMAGE_PLACEHOLDER = "<image>"

@@ -159,3 +159,10 @@ def test_card_metadata_default_config_and_run_files(tmp_path):
     run_emit(scripted_recipe(tmp_path, license="cc-by-4.0"))
     data = DatasetCard.load(layout.dataset / "README.md").data.to_dict()
     assert data["license"] == "cc-by-4.0" and "license_name" not in data and "source_datasets" not in data
+
+
+def test_the_demo_model_always_gets_the_demo_banner(tmp_path):
+    """A dataset made by the 1.1M-parameter demo model is a demo, `demo: true` or not."""
+    write_scripted_run(tmp_path)
+    run_emit(scripted_recipe(tmp_path, model_name_or_path="rsgen-demo"))
+    assert "> **This is a demo dataset.**" in (OutputLayout(tmp_path).dataset / "README.md").read_text()
