@@ -398,3 +398,27 @@ def test_pool_text_and_list_encodings_end_to_end(tmp_path, tools, pool_format):
     assert qa["Which color?\nA. red\nB. blue"]["answers"] == ["B"]
     assert qa["Which size?\nA. big\nB. small"]["answers"] == ["A"]
     assert len(qa) == 4
+
+
+def test_typed_number_columns_with_missing_cells_keep_their_digits(tmp_path, tools):
+    """A CSV whose answer column has an empty cell is read by `datasets` (pandas) as float64: 3 arrives as 3.0.
+    The same in a parquet float column. The answers stay "3"; the empty cells are answer_missing."""
+    from rsgen.prepare import run_prepare
+    from rsgen.schema import load_prepared
+
+    repo = tmp_path / "csv_repo"
+    repo.mkdir()
+    for i in range(3):
+        (repo / f"img{i}.png").write_bytes(tools.rgb_png(i))
+    (repo / "train.csv").write_text("image,question,answer\nimg0.png,How many?,3\nimg1.png,How wide?,2.5\n"
+                                    "img2.png,How tall?,\n")
+    rows = [{"image": tools.rgb_png(10 + i), "question": q, "answer": a}
+            for i, (q, a) in enumerate([("How many?", 3.0), ("How wide?", 2.5), ("How tall?", float("nan"))])]
+    parquet = tools.write_pool(tmp_path / "pq", "parquet", rows)
+    recipe = tools.make_recipe(tmp_path / "out", [
+        {"dataset_name": str(repo), "data_dir": str(repo), "family": "F"}, parquet], instruction="")
+    report = run_prepare(recipe)
+    assert report["dropped"] == {"answer_missing": 2}
+    assert report["converted"] == {"answer_number_to_string": 4}
+    answers = sorted(a for row in load_prepared(recipe.output_dir) for q in row["qa"] for a in q["answers"])
+    assert answers == ["2.5", "2.5", "3", "3"]
