@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import logging
 import os
 import sys
@@ -23,6 +24,7 @@ from rsgen.config import (
     parse_overrides,
     recipe_keys_by_stage,
 )
+from rsgen.interrupt import RERUN_HINT, Interrupted, interruptible
 
 EPILOG = """\
 recipe overrides: any recipe key can follow as `--key value` (YAML value), e.g.
@@ -138,37 +140,54 @@ def main(argv: list[str] | None = None) -> None:
     is_main = is_main_process()
     setup_logging(args.log_level, is_main)
     try:
-        if args.command == "card":
-            if rest:
-                parser.error(f"unrecognized arguments: {' '.join(rest)}")
-            from rsgen.emit import render_card
-
-            path = render_card(args.output_dir)
-            print(f"card written to {path}")
-            return
-        if args.command == "demo":
-            if rest:
-                parser.error(f"unrecognized arguments: {' '.join(rest)}")
-            from rsgen.demo.run import run_demo
-
-            run_demo(output_dir=args.output_dir, num_images=args.num_images, seed=args.seed)
-            return
-
-        recipe = load_recipe(args.config, _recipe_overrides(args, rest))
-        if args.command == "run":
-            from rsgen.pipeline import run_pipeline
-
-            run_pipeline(recipe)
-        else:
-            from rsgen.pipeline import run_stage
-
-            run_stage(args.command, recipe)
+        with interruptible():
+            _run_command(parser, args, rest)
     except RecipeError as err:
         if args.debug:
             raise
         if is_main:
             print(f"rsgen: error: {_one_line(str(err))}", file=sys.stderr)
         raise SystemExit(2) from None
+    except Interrupted as err:
+        if is_main:
+            print(f"rsgen: {RERUN_HINT}", file=sys.stderr)
+        raise SystemExit(128 + err.signum) from None
+    except OSError as err:
+        if args.debug or err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # Every file is written under a temporary name and renamed when complete: a rerun trusts nothing half-written.
+        where = f" writing {err.filename}" if err.filename else ""
+        print(f"rsgen: error: no space left on device{where} ({_one_line(err.strerror or str(err))}); free some "
+              "space, then rerun the same command to continue", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace, rest: list[str]) -> None:
+    if args.command == "card":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        from rsgen.emit import render_card
+
+        path = render_card(args.output_dir)
+        print(f"card written to {path}")
+        return
+    if args.command == "demo":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        from rsgen.demo.run import run_demo
+
+        run_demo(output_dir=args.output_dir, num_images=args.num_images, seed=args.seed)
+        return
+
+    recipe = load_recipe(args.config, _recipe_overrides(args, rest))
+    if args.command == "run":
+        from rsgen.pipeline import run_pipeline
+
+        run_pipeline(recipe)
+    else:
+        from rsgen.pipeline import run_stage
+
+        run_stage(args.command, recipe)
 
 
 def _one_line(message: str) -> str:

@@ -23,6 +23,7 @@ from rsgen.engine import check_engine, resolve_model_path
 from rsgen.generate import run_generate
 from rsgen.judge import run_judge
 from rsgen.layout import OutputLayout
+from rsgen.lock import locked_output_dir
 from rsgen.prepare import run_prepare
 from rsgen.schema import prepared_shards
 from rsgen.store import distributed_state
@@ -208,10 +209,17 @@ def run_stage(name: str, recipe: RecipeConfig, state: PartialState | None = None
     if name not in STAGES:
         raise RecipeError(f"unknown stage {name!r}; choose one of {', '.join(STAGES)}")
     state = state or distributed_state()
-    if not checked:  # run_pipeline checks once for every stage
-        check_before_work(recipe, (name,))
+    if checked:  # run_pipeline checked once for every stage and holds the output_dir lock
+        _run_stage_work(name, recipe, state)
+        return
+    check_before_work(recipe, (name,))
+    with locked_output_dir(recipe.output_dir, state):
         # Every stage checks the recipe against the work on disk (emit writes what the work says).
         check_and_write_run_json(recipe, state)
+        _run_stage_work(name, recipe, state)
+
+
+def _run_stage_work(name: str, recipe: RecipeConfig, state: PartialState) -> None:
     started = _now()
     if name == "prepare":
         # Prepare is cheap next to generation and writes shared files: the main process does it.
@@ -233,6 +241,7 @@ def run_stage(name: str, recipe: RecipeConfig, state: PartialState | None = None
 def run_pipeline(recipe: RecipeConfig) -> None:
     check_before_work(recipe, STAGES)  # a wrong model or output_dir fails here, before prepare
     state = distributed_state()
-    check_and_write_run_json(recipe, state)
-    for stage in STAGES:
-        run_stage(stage, recipe, state, checked=True)
+    with locked_output_dir(recipe.output_dir, state):
+        check_and_write_run_json(recipe, state)
+        for stage in STAGES:
+            run_stage(stage, recipe, state, checked=True)

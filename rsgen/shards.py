@@ -20,6 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datasets import Features, Image
 
+from rsgen.interrupt import deferred
+
 # `datasets`' content-defined chunking options (its config.DEFAULT_CDC_OPTIONS, copied: a private constant).
 CDC_OPTIONS = {"min_chunk_size": 256 * 1024, "max_chunk_size": 1024 * 1024, "norm_level": 0}
 ROW_GROUP_BYTES = 100 * 2**20  # `datasets`' own target for row groups (the Hub viewer reads one at a time)
@@ -138,9 +140,11 @@ class ParquetShardWriter:
         self._close_shard()
         paths = []
         for index, part in enumerate(self._parts):
+            fsync_path(part)  # durable before the folder is swapped into place
             path = self.directory / shard_name(self.prefix, index, len(self._parts))
             os.replace(part, path)
             paths.append(path)
+        fsync_path(self.directory)
         return paths
 
 
@@ -159,7 +163,18 @@ def swap_dir_into_place(finished: Path, final: Path) -> None:
     folder or the new complete one (a crash in between leaves `final.old`, which the next swap removes)."""
     old = final.with_name(final.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        final.rename(old)
-    finished.rename(final)
+    with deferred():  # SIGTERM: not between the two renames
+        if final.exists():
+            final.rename(old)
+        finished.rename(final)
+        fsync_path(final.parent)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file's data, or a folder's entries (a rename, a new file), to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -2,24 +2,35 @@
 OUTPUT_DIR/work/<stage>/), the process's distributed state, and the one loop both stages run (`run_keyed_work`).
 
 Why parts and not one file: each rank appends only its own files, so no locking is needed across processes or
-nodes; each part is written to a temporary name and renamed, so a part on disk is always complete. A killed
-run loses at most the records buffered since the last flush, and a restart (with any number of processes)
-skips every key already present in any part.
+nodes; each part is written to a temporary name, fsynced, renamed and its directory fsynced, so a part on disk is
+always complete. A killed run loses at most the records buffered since the last flush (SIGTERM/SIGINT flush them:
+rsgen.interrupt), and a restart (with any number of processes) skips every key already present in any part.
+A part damaged on disk later (a full disk, a bad copy between clusters) is detected by the CRC-32 in its name,
+moved to `quarantine/` with a warning, and its keys are done again.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from rsgen.interrupt import deferred, interruptible
+from rsgen.shards import fsync_path
+
+logger = logging.getLogger(__name__)
+
 PART_SUFFIX = ".jsonl"
+QUARANTINE = "quarantine"  # damaged parts are moved here (work/<stage>/quarantine/)
 _KEY_PREFIX = '{"key": '
+_CRC_TAG = "-crc"  # part names end in -crc<8 hex digits>.jsonl: the CRC-32 of the part's bytes
 
 
 class CheckpointStore:
@@ -37,13 +48,12 @@ class CheckpointStore:
         """Every record once per key (the first written wins), in part order."""
         seen: set[str] = set()
         for part in self.parts():
-            with open(part, encoding="utf-8") as fh:
-                for line in fh:
-                    rec = json.loads(line)
-                    if rec["key"] in seen:
-                        continue
-                    seen.add(rec["key"])
-                    yield rec
+            for line in self._read_part(part):
+                rec = json.loads(line)
+                if rec["key"] in seen:
+                    continue
+                seen.add(rec["key"])
+                yield rec
 
     def records(self) -> dict[str, dict[str, Any]]:
         return {rec["key"]: rec for rec in self.iter_records()}
@@ -54,13 +64,31 @@ class CheckpointStore:
         keys: set[str] = set()
         decode = json.JSONDecoder().raw_decode
         for part in self.parts():
-            with open(part, encoding="utf-8") as fh:
-                for line in fh:
-                    if line.startswith(_KEY_PREFIX):
-                        keys.add(decode(line, len(_KEY_PREFIX))[0])
-                    else:  # a part written by something else: fall back to a full parse
-                        keys.add(json.loads(line)["key"])
+            for line in self._read_part(part):
+                if line.startswith(_KEY_PREFIX):
+                    keys.add(decode(line, len(_KEY_PREFIX))[0])
+                else:  # a part written by something else: fall back to a full parse
+                    keys.add(json.loads(line)["key"])
         return keys
+
+    def _read_part(self, part: Path) -> list[str]:
+        """The lines of an undamaged part. A damaged part is moved to quarantine/ (its keys count as not done)."""
+        try:
+            data = part.read_bytes()
+        except FileNotFoundError:  # another rank quarantined it meanwhile
+            return []
+        problem = part_damage(part.name, data)
+        if problem is None:
+            return data.decode("utf-8").splitlines()
+        quarantine = self.directory / QUARANTINE
+        quarantine.mkdir(exist_ok=True)
+        try:
+            os.replace(part, quarantine / part.name)
+        except FileNotFoundError:  # another rank moved it first (and warned)
+            return []
+        logger.warning("checkpoint part %s is damaged (%s): moved to %s; its keys will be done again",
+                       part, problem, quarantine / part.name)
+        return []
 
     def writer(self, rank: int, every_items: int = 256, every_seconds: float = 60.0) -> PartWriter:
         return PartWriter(self.directory, rank, every_items, every_seconds)
@@ -77,6 +105,7 @@ class PartWriter:
         self.buffer: list[dict[str, Any]] = []
         self.last_flush = time.monotonic()
         directory.mkdir(parents=True, exist_ok=True)
+        fsync_path(directory.parent)
 
     def add(self, record: dict[str, Any]) -> None:
         if "key" not in record:
@@ -93,18 +122,26 @@ class PartWriter:
         self.last_flush = time.monotonic()
         if not self.buffer:
             return
+        # "key" first, the rest sorted: stable bytes, and done_keys() reads the key without a full parse.
+        data = "".join(
+            json.dumps({"key": rec["key"], **{k: rec[k] for k in sorted(rec) if k != "key"}}, ensure_ascii=False) + "\n"
+            for rec in self.buffer
+        ).encode("utf-8")
         # Time first so parts sort in write order; uuid so two restarts within one ns never collide.
-        name = f"{time.time_ns():020d}-rank{self.rank:05d}-{uuid.uuid4().hex[:8]}"
+        name = f"{time.time_ns():020d}-rank{self.rank:05d}-{uuid.uuid4().hex[:8]}{_CRC_TAG}{zlib.crc32(data):08x}"
         tmp = self.directory / f".{name}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            for rec in self.buffer:
-                # "key" first, the rest sorted: stable bytes, and done_keys() reads the key without a full parse.
-                ordered = {"key": rec["key"], **{k: rec[k] for k in sorted(rec) if k != "key"}}
-                fh.write(json.dumps(ordered, ensure_ascii=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.directory / (name + PART_SUFFIX))
-        self.buffer = []
+        with deferred():  # a SIGTERM now takes effect once the part is complete
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.directory / (name + PART_SUFFIX))
+            except BaseException:
+                tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
+                raise
+            fsync_path(self.directory)  # the rename itself survives a crash
+            self.buffer = []
 
     def close(self) -> None:
         self.flush()
@@ -115,6 +152,25 @@ class PartWriter:
     def __exit__(self, *exc) -> None:
         # Flush even on error: records in the buffer are finished work.
         self.flush()
+
+
+def part_damage(name: str, data: bytes) -> str | None:
+    """Why a part's bytes cannot be trusted, or None. Parts named with a CRC-32 are checked against it; others
+    (written by older versions) must parse line by line."""
+    if not data.endswith(b"\n"):
+        return "empty" if not data else "cut short: no final newline"
+    stem = name.removesuffix(PART_SUFFIX)
+    if _CRC_TAG in stem:
+        expected = stem.rsplit(_CRC_TAG, 1)[1]
+        return None if f"{zlib.crc32(data):08x}" == expected else "CRC-32 does not match its name"
+    try:
+        for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
+            rec = json.loads(line)
+            if not isinstance(rec, dict) or "key" not in rec:
+                return f"line {n} is not a record with a key"
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        return f"does not parse: {err}"
+    return None
 
 
 def shard_for_rank(keys: list[str], rank: int, world_size: int) -> list[str]:
@@ -192,7 +248,8 @@ def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine
         bar = tqdm(total=len(pending), desc=stage.name + ranks, unit=stage.unit, disable=not state.is_main_process,
                    dynamic_ncols=True, mininterval=1.0)
         start = time.perf_counter()
-        with store.writer(state.process_index, every_items, every_seconds) as writer, bar:
+        # SIGTERM/SIGINT end the loop with Interrupted; leaving the `with` flushes every finished record.
+        with interruptible(), store.writer(state.process_index, every_items, every_seconds) as writer, bar:
             for request, result in engine.generate(stage.requests(pending)):
                 record = stage.record(request, result)
                 writer.add(record)

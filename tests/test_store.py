@@ -1,12 +1,17 @@
-"""The checkpoint store: atomic parts, first-write-wins reads, and striping that ignores timing; the keyed-work
+"""The checkpoint store: atomic parts, first-write-wins reads, damaged parts set aside, disk full and SIGTERM,
+and striping that ignores timing; the keyed-work
 loop generate and judge share (driven here by a scripted engine and stage: this is about the loop's control flow;
 both stages run it end to end with real tiny models in tests/generate and tests/judge)."""
 
+import errno
 import json
+import os
+import signal
 from dataclasses import dataclass, field
 
 import pytest
 
+from rsgen.interrupt import Interrupted, interruptible
 from rsgen.store import CheckpointStore, run_keyed_work, shard_for_rank
 
 
@@ -144,3 +149,126 @@ def test_keyed_work_keeps_finished_records_when_the_engine_fails(tmp_path):
     with pytest.raises(RuntimeError, match="device lost"):
         run_keyed_work(ScriptedStage(), store, FakeState(), FailingEngine, every_items=100)
     assert store.done_keys() == {"k00", "k01", "k02"}  # flushed on the way out
+
+
+def write_parts(store, n_parts=3, per_part=2):
+    with store.writer(0, every_items=per_part) as w:
+        for i in range(n_parts * per_part):
+            w.add({"key": f"k{i}", "response": "x" * 50})
+    return store.parts()
+
+
+@pytest.mark.parametrize("damage", ["cut_in_half", "flipped_byte", "emptied"])
+def test_a_damaged_part_is_quarantined_and_its_keys_are_redone(tmp_path, damage, caplog):
+    store = CheckpointStore(tmp_path / "generate")
+    parts = write_parts(store)
+    bad = parts[1]
+    data = bad.read_bytes()
+    if damage == "cut_in_half":
+        bad.write_bytes(data[: len(data) // 2])
+    elif damage == "flipped_byte":  # still valid JSON: only the checksum tells
+        bad.write_bytes(data.replace(b"xxx", b"xyx", 1))
+    else:
+        bad.write_bytes(b"")
+    with caplog.at_level("WARNING"):
+        assert store.done_keys() == {"k0", "k1", "k4", "k5"}
+    assert str(bad) in caplog.text and "quarantine" in caplog.text
+    assert store.parts() == [parts[0], parts[2]]
+    assert (tmp_path / "generate" / "quarantine" / bad.name).exists()
+    assert set(store.records()) == {"k0", "k1", "k4", "k5"}
+
+
+def test_iter_records_also_sets_damaged_parts_aside(tmp_path):
+    store = CheckpointStore(tmp_path)
+    parts = write_parts(store)
+    parts[0].write_bytes(parts[0].read_bytes()[:-7])
+    assert [r["key"] for r in store.iter_records()] == ["k2", "k3", "k4", "k5"]
+    assert len(store.parts()) == 2
+
+
+def test_a_part_without_checksum_must_parse(tmp_path):
+    """Parts named without a CRC (older versions) are checked line by line."""
+    (tmp_path / "00000000000000000001-rank00000-aaaaaaaa.jsonl").write_text('{"key": "a", "v": 1}\n')
+    (tmp_path / "00000000000000000002-rank00000-bbbbbbbb.jsonl").write_text('{"key": "b", "v": 1}\n{"key": "c", "v"\n')
+    store = CheckpointStore(tmp_path)
+    assert store.done_keys() == {"a"}
+    assert [p.name for p in (tmp_path / "quarantine").iterdir()] == ["00000000000000000002-rank00000-bbbbbbbb.jsonl"]
+
+
+def test_parts_and_their_directory_are_fsynced(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    store = CheckpointStore(tmp_path / "w")
+    with store.writer(0) as w:
+        synced.clear()
+        w.add({"key": "a"})
+    (part,) = store.parts()
+    assert synced[0].startswith(str(tmp_path / "w" / ".")) and synced[0].endswith(".tmp")  # the data, then
+    assert synced[1] == str(tmp_path / "w")  # the rename
+
+
+def test_disk_full_during_a_part_write_leaves_no_file(tmp_path, monkeypatch):
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    store = CheckpointStore(tmp_path)
+    writer = store.writer(0, every_items=100)
+    writer.add({"key": "a"})
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as err:
+        writer.flush()
+    assert err.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []  # neither a part nor its temporary file
+    monkeypatch.undo()
+    writer.flush()  # the records are still buffered: once there is room, they are written
+    assert store.done_keys() == {"a"}
+
+
+class SignallingEngine(EchoEngine):
+    """Scripted engine that receives SIGTERM (as from Slurm) after `after` results."""
+
+    def __init__(self, after):
+        super().__init__()
+        self.after = after
+
+    def generate(self, requests):
+        for n, pair in enumerate(super().generate(requests)):
+            if n == self.after:
+                os.kill(os.getpid(), signal.SIGTERM)
+            yield pair
+
+
+def test_sigterm_flushes_every_buffered_record(tmp_path):
+    store = CheckpointStore(tmp_path)
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted):
+        run_keyed_work(ScriptedStage(), store, FakeState(), lambda: SignallingEngine(4), every_items=10**9,
+                       every_seconds=1e9)
+    assert store.done_keys() == {"k00", "k01", "k02", "k03"}  # nothing flushed on its own: all on the way out
+    assert signal.getsignal(signal.SIGTERM) is previous
+    # The rerun does the rest only.
+    engine = EchoEngine()
+    run_keyed_work(ScriptedStage(), store, FakeState(), lambda: engine)
+    assert engine.seen == [f"k{i:02d}" for i in range(4, 10)] and len(store.done_keys()) == 10
+
+
+def test_a_signal_during_a_part_write_waits_for_the_part(tmp_path, monkeypatch):
+    real_replace = os.replace
+
+    def replace_after_signal(src, dst):
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives between writing the data and the rename
+        real_replace(src, dst)
+
+    store = CheckpointStore(tmp_path)
+    writer = store.writer(0, every_items=100)
+    writer.extend({"key": f"k{i}"} for i in range(3))
+    monkeypatch.setattr(os, "replace", replace_after_signal)
+    with interruptible(), pytest.raises(Interrupted):
+        writer.flush()
+    assert store.done_keys() == {"k0", "k1", "k2"} and writer.buffer == []

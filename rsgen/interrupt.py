@@ -1,0 +1,67 @@
+"""SIGTERM and SIGINT as an exception, so finished work is flushed on the way out.
+
+Slurm and Kubernetes send SIGTERM some seconds before SIGKILL. Its default action ends the process at once and
+loses every record buffered since the last checkpoint; here it raises `Interrupted` in the main thread instead,
+so the `with` blocks that hold finished work (rsgen.store.PartWriter) write it before the process exits. Writes
+that must not be cut in the middle (a checkpoint part, a folder swap) run under `deferred()`: a signal that
+arrives meanwhile takes effect right after them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RERUN_HINT = "interrupted; rerun the same command to continue"
+
+
+class Interrupted(BaseException):
+    """Raised in the main thread by SIGTERM/SIGINT. A BaseException (like KeyboardInterrupt), so that
+    `except Exception` handlers let it through."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"{signal.Signals(signum).name}: {RERUN_HINT}")
+        self.signum = signum
+
+
+_deferring = 0
+_pending: int | None = None
+
+
+def _handler(signum, frame) -> None:
+    global _pending
+    if _deferring:
+        _pending = signum
+        return
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Run the block whole: a SIGTERM/SIGINT that arrives inside it is raised when it ends."""
+    global _deferring, _pending
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+        if not _deferring and _pending is not None:
+            signum, _pending = _pending, None
+            raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGINT raise `Interrupted` (nested blocks and other threads: no change)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is _handler:
+        yield
+        return
+    previous = {signum: signal.signal(signum, _handler) for signum in SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
