@@ -138,7 +138,7 @@ def test_cli_on_a_busy_output_dir_exits_2_at_once(tmp_path):
     lock.acquire()
     try:
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "rsgen", "generate", "--config", str(recipe)], cwd=tmp_path,
+        proc = subprocess.run([sys.executable, "-m", "rsgen", "prepare", "--config", str(recipe)], cwd=tmp_path,
                               env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
         seconds = time.perf_counter() - start
     finally:
@@ -147,4 +147,4 @@ def test_cli_on_a_busy_output_dir_exits_2_at_once(tmp_path):
     assert f"pid {os.getpid()}" in proc.stderr and "in use by another rsgen run" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert seconds < 60
-    assert not (out / "work").exists()  # refused before any work
+    assert list(out.iterdir()) == []  # refused before any work (our lock released above)
