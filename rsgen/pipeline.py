@@ -34,9 +34,9 @@ STAGES = ("prepare", "generate", "judge", "emit")
 # verifier's decision, so the verifier keys belong to generate; the judge reads those decisions.
 STAGE_PINS: dict[str, tuple[str, ...]] = {
     "prepare": ("sources", "instruction", "max_image_pixels", "max_aspect_ratio"),
-    "generate": ("model_name_or_path", "model_revision", "enable_thinking", "chat_template_kwargs", "max_new_tokens",
-                 "temperature", "top_p", "num_samples", "seed", "verifier", "numeric_tolerance",
-                 "math_timeout_seconds"),
+    "generate": ("model_name_or_path", "engine", "model_revision", "torch_dtype", "enable_thinking",
+                 "chat_template_kwargs", "max_new_tokens", "temperature", "top_p", "num_samples", "seed", "verifier",
+                 "numeric_tolerance", "math_timeout_seconds"),
     "judge": ("judge_model_name_or_path", "judge_chat_template_kwargs", "judge_prompt_file", "judge_max_new_tokens",
               "judge_calibration_size", "judge_calibration_seed"),
 }

@@ -135,7 +135,7 @@ def process_image(job: ImageJob) -> ImageResult:
         return ImageResult("image_undecodable", raw_sha256=raw_sha)
 
     conversions = []
-    orientation = image.getexif().get(ORIENTATION_TAG, 1)
+    orientation = image.getexif().get(ORIENTATION_TAG, 1)  # Pillow reads corrupt EXIF leniently
     if orientation in range(2, 9):
         try:
             image = ImageOps.exif_transpose(image)

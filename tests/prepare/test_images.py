@@ -1,6 +1,7 @@
 import base64
 import hashlib
 import io
+import warnings
 
 import numpy as np
 import pytest
@@ -191,3 +192,17 @@ def test_pool_with_an_exif_rotated_image_in_every_format(tmp_path, tools, pool_f
     (row,) = load_prepared(recipe.output_dir)
     assert row["image"].size == (20, 40) and row["image"].getpixel((10, 5))[0] > 200
     assert "image_upright@1" in row["clean_meta"]["steps"]
+
+
+def test_corrupt_exif_orientation_keeps_the_image(tools):
+    """An Orientation tag of the wrong type and a truncated EXIF block: the pixels are kept as stored."""
+    import struct
+
+    good = tools.encode(Image.open(io.BytesIO(tools.rgb_png(5))), "JPEG")
+    tiff = b"II*\x00" + struct.pack("<I", 8) + struct.pack("<H", 1) + struct.pack("<HHII", 0x0112, 2, 4, 100)
+    junk = b"Exif\x00\x00" + tiff
+    data = good[:2] + b"\xff\xe1" + (len(junk) + 2).to_bytes(2, "big") + junk + good[2:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Pillow warns about the corrupt EXIF
+        result, stored = check(data)
+    assert result.reason is None and result.conversions == () and stored == data
