@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +55,15 @@ class KnownWrongPair:
     family: str
     miss: str  # one of MISSES
     candidate: str
+
+
+def _pick(rng: random.Random, choices: list[str], exclude: Collection[str], tries: int = 8) -> str | None:
+    """A random element of `choices` not in `exclude`, or None after `tries` draws (pools can be large)."""
+    for _ in range(tries if choices else 0):
+        choice = rng.choice(choices)
+        if choice not in exclude:
+            return choice
+    return None
 
 
 def _rank(seed: int, key: str) -> str:
@@ -161,11 +170,15 @@ def known_wrong_pairs(
         by_family.setdefault(qa["family"], []).append(qa_id)
     references = {family: sorted({prepared[i]["answers"][0] for i in ids if prepared[i]["answers"]})
                   for family, ids in by_family.items()}
+    every_reference = sorted({ref for refs in references.values() for ref in refs})
     pairs: list[KnownWrongPair] = []
     for family in sorted(by_family):
         verifier = verifier_for(family)
         letters = verifier == "mc"
-        others = sorted({ref for f, refs in references.items() if f != family for ref in refs})
+        own = set(references[family])
+        by_kind: dict[str, list[str]] = {}
+        for ref in references[family]:
+            by_kind.setdefault(_kind(ref, letters), []).append(ref)
         made = 0
         for qa_id in sorted(by_family[family], key=lambda i: _rank(seed, i)):
             if made >= size:
@@ -177,7 +190,6 @@ def known_wrong_pairs(
             options = list(qa.get("options") or []) or None
             rng = random.Random(_rank(seed, "known_wrong:" + qa_id))
             kind = _kind(answers[0], letters)
-            same_kind = [r for r in references[family] if _kind(r, letters) == kind and r not in answers]
             first = ROTATION[made % len(ROTATION)]
             order = [NEAR_NUMBER, NEIGHBOUR_LETTER, OTHER_REFERENCE] if first == "near" else [first]
             order += [m for m in MISSES if m not in order]
@@ -186,10 +198,12 @@ def known_wrong_pairs(
                     candidate = near_number(answers[0], verifier, numeric_tolerance, rng) if kind == "number" else None
                 elif miss == NEIGHBOUR_LETTER:
                     candidate = neighbour_letter(answers[0], options, rng) if kind == "letter" else None
-                elif miss == OTHER_REFERENCE:
-                    candidate = rng.choice(same_kind) if same_kind else None
-                else:  # another family's reference, or a fixed unrelated answer
-                    candidate = rng.choice(others if others and rng.random() < 0.5 else UNRELATED_ANSWERS)
+                elif miss == OTHER_REFERENCE:  # a reference of the same kind in this family
+                    candidate = _pick(rng, by_kind.get(kind, []), answers)
+                elif every_reference and rng.random() < 0.5:  # another family's reference
+                    candidate = _pick(rng, every_reference, own)
+                else:
+                    candidate = rng.choice(UNRELATED_ANSWERS)
                 if candidate is not None and is_known_wrong(candidate, answers, verifier, options, numeric_tolerance):
                     pairs.append(KnownWrongPair(qa_id, family, miss, candidate))
                     made += 1
