@@ -1,0 +1,48 @@
+"""rsgen.routing: who the judge sees (decisive mismatches aside) and the leniency gate, as tables."""
+
+import pytest
+
+from rsgen.routing import goes_to_judge, is_decisive, judge_trusted, route, specificity
+
+
+def record(extracted, verifier="relaxed", match=False, reason="wrong_answer"):
+    return {"key": "k", "extracted": extracted, "match": match, "reason": None if match else reason,
+            "verifier": verifier}
+
+
+@pytest.mark.parametrize("rec, answers, options, scope, judged", [
+    (record("10"), ["9"], None, "undecided", False),  # decisive
+    (record("10"), ["9"], None, "all", True),
+    (record("ten"), ["9"], None, "undecided", True),
+    (record("C", "mc"), ["B"], ["x", "y", "z"], "undecided", False),
+    (record("the round one", "mc", reason="mc_no_letter"), ["B"], ["x", "y", "z"], "undecided", True),
+    (record(None, reason="no_answer"), ["9"], None, "all", False),  # nothing to judge
+    (record("9", match=True), ["9"], None, "all", False),  # accepted
+])
+def test_goes_to_judge(rec, answers, options, scope, judged):
+    assert goes_to_judge(rec, answers, options, scope, None) is judged
+
+
+def test_only_wrong_answer_rejections_can_be_decisive():
+    assert is_decisive(record("10"), ["9"], None, None)
+    assert not is_decisive(record("10", reason="bad_input"), ["9"], None, None)
+
+
+@pytest.mark.parametrize("rejected, total, minimum, trusted", [
+    (58, 60, 0.95, True),
+    (57, 60, 0.95, True),  # exactly 95%
+    (56, 60, 0.95, False),
+    (0, 0, 0.95, False),  # unmeasured is untrusted
+    (0, 0, 0.0, True),  # the gate off
+    (10, 60, 0.0, True),
+])
+def test_leniency_gate(rejected, total, minimum, trusted):
+    assert judge_trusted(rejected, total, minimum) is trusted
+
+
+def test_specificity_and_withheld_route():
+    assert specificity(3, 4) == 0.75 and specificity(0, 0) is None
+    correct = {"key": "k", "verdict": "CORRECT"}
+    assert route(record("ten"), correct, True, judged=True, trusted=True) == (True, None)
+    assert route(record("ten"), correct, True, judged=True, trusted=False) == (False, "judge_withheld")
+    assert route(record("10"), None, True, judged=False) == (False, "wrong_answer")  # decisive: no verdict needed
