@@ -144,7 +144,7 @@ def _declared_columns(path: str) -> set[str] | None:
 
         return set(pq.read_schema(path).names)
     if lower.endswith((".csv", ".tsv")):
-        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:
             header = next(csv.reader(f, delimiter="\t" if lower.endswith(".tsv") else ","), [])
         return set(header)
     return None
@@ -167,8 +167,12 @@ def _file_labels(paths: list[str], root: str | None = None) -> dict[str, str]:
     return {p: os.path.relpath(a, root) for p, a in zip(paths, absolute)}
 
 
+# Text files are read as "utf-8-sig": files saved by spreadsheet programs start with a byte order mark, which would
+# otherwise become part of the first column's name (or break the first JSON line).
+
+
 def _iter_jsonl(path: str) -> Iterator[dict | _BadRecord]:
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         for line in f:
             if not line.strip():
                 continue
@@ -183,7 +187,7 @@ def _iter_jsonl(path: str) -> Iterator[dict | _BadRecord]:
 def _iter_json_array(path: str, chunk_chars: int = 1 << 20) -> Iterator[dict | _BadRecord]:
     """Objects of a top-level JSON array, decoded one at a time (LLaVA ships its pools as one big array)."""
     decoder = json.JSONDecoder()
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         buffer = f.read(chunk_chars)
         pos = buffer.index("[") + 1
         eof = False
@@ -216,7 +220,7 @@ def _iter_json_array(path: str, chunk_chars: int = 1 << 20) -> Iterator[dict | _
 
 
 def _iter_json(path: str) -> Iterator[dict | _BadRecord]:
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         head = f.read(4096).lstrip()
     if head.startswith("["):
         return _iter_json_array(path)
@@ -225,7 +229,7 @@ def _iter_json(path: str) -> Iterator[dict | _BadRecord]:
 
 def _iter_csv(path: str) -> Iterator[dict | _BadRecord]:
     csv.field_size_limit(1 << 30)
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+    with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:
         delimiter = "\t" if path.endswith(".tsv") else ","
         for row in csv.DictReader(f, delimiter=delimiter):
             if None in row:  # more cells than the header has names

@@ -401,3 +401,14 @@ def test_flat_list_of_images_with_one_image_is_the_row_image(tmp_path, tools):
     ]))
     assert report["dropped"] == {"multi_image": 1, "image_missing": 1}
     assert sorted(q["question"].split("\n")[0] for q in all_qa(ds)) == ["one?", "path?"]
+
+
+@pytest.mark.parametrize("pool_format", ["csv", "tsv", "jsonl", "json"])
+def test_a_byte_order_mark_at_the_start_of_a_text_file_is_not_data(tmp_path, tools, pool_format):
+    """Spreadsheet programs save CSV with a UTF-8 byte order mark; it must not become part of `image`."""
+    rows = [{"image": tools.rgb_png(i), "question": f"q{i}?", "answer": "a"} for i in range(2)]
+    source = tools.write_pool(tmp_path / "pool", pool_format, rows)
+    path = tmp_path / "pool" / f"pool.{pool_format}"
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    report, _ = prepared(tools.make_recipe(tmp_path / "out", [source]))
+    assert report["kept_qa_pairs"] == 2 and report["dropped"] == {}
