@@ -373,6 +373,7 @@ def calibration_sentence(calib: dict[str, int] | None) -> str:
     """Both sides of the calibration and the false-promotion rate the known-wrong side implies."""
     if not calib:
         return "Calibration: no pairs were available to calibrate the judge on."
+    calib = {"known_wrong_rejected": 0, "known_wrong_total": 0, **calib}  # stats.json written before #13 lacks them
     accepted = (f"agreed on {_fraction(calib['agreed'], calib['total'])} verifier-accepted pairs"
                 if calib["total"] else "had no verifier-accepted pairs to agree with")
     if not calib["known_wrong_total"]:
@@ -479,7 +480,7 @@ def judge_section(stats: dict[str, Any]) -> str:
     for family, fam in stats["families"].items():
         j, c = fam["judge"], fam["calibration"]
         agreed = _fraction(c["agreed"], c["total"]) if c else "–"
-        rejected = _fraction(c["known_wrong_rejected"], c["known_wrong_total"]) if c else "–"
+        rejected = _fraction(c["known_wrong_rejected"], c["known_wrong_total"]) if c and "known_wrong_total" in c else "–"
         lines.append(f"| {family} | {_n(j.get('decisive', 0))} | {_n(j['judged'])} | {_n(j['promoted'])} | "
                      f"{_n(j.get('withheld', 0))} | {_n(j['wrong'])} | {_n(j['unsure'])} | {agreed} | {rejected} |")
     lines += ["", spot_checks(stats)]
