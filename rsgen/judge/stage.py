@@ -1,9 +1,10 @@
-"""The judge stage: a text-only second pass over verifier rejections, plus a calibration sample of acceptances.
+"""The judge stage: a text-only second pass over verifier rejections, plus calibration samples on both sides.
 
 Same machinery as generation: an engine from `rsgen.engine.build_engine` (role "judge") run by the keyed-work
 loop (`rsgen.store.run_keyed_work`: ranks, resume, checkpoints). This module supplies the judge's items and
-prompts and how a verdict becomes a record. The judge sees the prepared question, the official reference and the candidate (the model's extracted final answer) —
-never the image, never the model's reasoning — and only grades text already produced.
+prompts and how a verdict becomes a record. The judge sees the prepared question, the official reference and the
+candidate (the model's extracted final answer) — never the image, never the model's reasoning — and only grades
+text already produced.
 """
 
 from __future__ import annotations
