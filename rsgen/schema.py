@@ -4,9 +4,13 @@ defined here."""
 
 from __future__ import annotations
 
+import bisect
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from datasets import Features, Image, List, Value
 
 from rsgen.layout import OutputLayout
@@ -49,19 +53,67 @@ def prepared_shards(output_dir: str | os.PathLike) -> list[Path]:
     return sorted(OutputLayout(output_dir).prepared.glob(shard_glob(PREPARED_SHARD_PREFIX)))
 
 
-def load_prepared(output_dir: str | os.PathLike):
-    """The prepared pool as a `datasets.Dataset`, rows in shard order (sorted by family, then image sha256)."""
-    import datasets
-    import pyarrow.parquet as pq
+class PreparedPool:
+    """The prepared pool read in place: its parquet shards, memory-mapped, read a row group at a time and only in
+    the columns asked for. Nothing is copied: `datasets.load_dataset("parquet")` would first convert the whole
+    pool into the HF datasets cache, a second copy of a pool of hundreds of GB on every node. Rows are in shard
+    order (sorted by family, then image sha256); images come as stored, `{"bytes": ..., "path": None}`."""
 
-    files = [str(p) for p in prepared_shards(output_dir)]
+    def __init__(self, files: list[Path]):
+        self.files = [pq.ParquetFile(f, memory_map=True) for f in files]
+        self._groups: list[tuple[int, int]] = []  # (file, row group) in row order
+        self._starts: list[int] = []  # first row of each
+        self.num_rows = 0
+        for file_index, parquet in enumerate(self.files):
+            for group in range(parquet.metadata.num_row_groups):
+                self._groups.append((file_index, group))
+                self._starts.append(self.num_rows)
+                self.num_rows += parquet.metadata.row_group(group).num_rows
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    def batches(self, columns: list[str] | None = None, batch_size: int = 1024) -> Iterator[pa.Table]:
+        """The whole pool in order, `batch_size` rows at a time."""
+        for parquet in self.files:
+            for batch in parquet.iter_batches(batch_size=batch_size, columns=columns):
+                yield pa.Table.from_batches([batch])
+
+    def column(self, name: str) -> list:
+        return [value for table in self.batches([name], 65536) for value in table.column(name).to_pylist()]
+
+    def take(self, rows: list[int], columns: list[str] | None = None) -> Iterator[pa.Table]:
+        """The rows at the ascending positions `rows`, in that order: one table per row group that holds any,
+        reading only those row groups."""
+        if any(b <= a for a, b in zip(rows, rows[1:])) or (rows and not 0 <= rows[0] <= rows[-1] < self.num_rows):
+            raise ValueError(f"take() needs ascending row positions within 0..{self.num_rows - 1}")
+        wanted: dict[int, list[int]] = {}
+        for row in rows:
+            group = bisect.bisect_right(self._starts, row) - 1
+            wanted.setdefault(group, []).append(row - self._starts[group])
+        for group, local in wanted.items():
+            file_index, row_group = self._groups[group]
+            yield self.files[file_index].read_row_group(row_group, columns=columns).take(local)
+
+
+def open_prepared(output_dir: str | os.PathLike) -> PreparedPool:
+    """The prepared pool of `output_dir`, read in place (what the stages use)."""
+    files = prepared_shards(output_dir)
     if not files:
         prepared = OutputLayout(output_dir).prepared
         raise FileNotFoundError(f"no prepared pool in {str(prepared)!r}: run `rsgen prepare --config RECIPE` first")
-    if sum(pq.ParquetFile(f).metadata.num_rows for f in files) == 0:
-        # The parquet builder refuses a split with no rows; an empty pool is still a valid (empty) dataset.
-        return datasets.Dataset(PREPARED_FEATURES.arrow_schema.empty_table())
-    return datasets.load_dataset("parquet", data_files=files, split="train", features=PREPARED_FEATURES)
+    return PreparedPool(files)
+
+
+def load_prepared(output_dir: str | os.PathLike):
+    """The whole prepared pool in memory as a `datasets.Dataset` (images decoded on access), for inspection and
+    tests; stages read it in place with `open_prepared`. No copy in the HF datasets cache either."""
+    import datasets
+
+    pool = open_prepared(output_dir)
+    tables = list(pool.batches(batch_size=max(1, pool.num_rows)))
+    table = pa.concat_tables(tables) if tables else PREPARED_FEATURES.arrow_schema.empty_table()
+    return datasets.Dataset(table, info=datasets.DatasetInfo(features=PREPARED_FEATURES))
 
 
 def user_turn(question: str) -> list[dict]:

@@ -98,6 +98,13 @@ class ParquetShardWriter:
         self._group_bytes = 0
 
     def add(self, row: dict[str, Any], nbytes: int | None = None) -> None:
+        try:
+            self._add(row, nbytes)
+        except BaseException:  # a full disk, SIGTERM: leave no half-written shard (and free its space)
+            self._abort()
+            raise
+
+    def _add(self, row: dict[str, Any], nbytes: int | None) -> None:
         nbytes = estimated_bytes(row) if nbytes is None else nbytes
         if self._writer is not None and self._shard_bytes + self._group_bytes + nbytes > self.max_shard_bytes:
             self._flush_group()
@@ -131,9 +138,29 @@ class ParquetShardWriter:
             self._writer.close()
             self._writer = None
 
+    def _abort(self) -> None:
+        """Remove every shard written so far."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            except OSError:
+                pass
+        for index, part in enumerate(self._parts):
+            part.unlink(missing_ok=True)
+            (self.directory / shard_name(self.prefix, index, len(self._parts))).unlink(missing_ok=True)  # renamed
+        self._parts = []
+
     def close(self) -> list[Path]:
         """Finish the last shard and give every shard its final name; returns the paths in order. With no rows,
         one empty shard is written (an empty table is still a readable dataset)."""
+        try:
+            return self._close()
+        except BaseException:
+            self._abort()
+            raise
+
+    def _close(self) -> list[Path]:
         if not self._parts:
             self._open_shard()
         self._flush_group()

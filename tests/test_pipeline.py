@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,7 +28,7 @@ BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
 
 
-def write_recipe(tmp: Path, model: str, name: str) -> Path:
+def write_recipe(tmp: Path, model: str, name: str, **overrides) -> Path:
     """A small demo pool the shipped model gets partly right; the leniency gate is off so the judge's promotions
     reach the accepted splits (with the gate on, these few questions measure too little to trust the judge)."""
     recipe = {
@@ -49,6 +52,7 @@ def write_recipe(tmp: Path, model: str, name: str) -> Path:
         "judge_calibration_size": 4,
         "judge_min_specificity": 0.0,
         "prepare_num_proc": 1,
+        **overrides,
     }
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(recipe))
@@ -67,6 +71,16 @@ def rsgen_run(recipe: Path, processes: int = 1) -> subprocess.Popen:
                "--num_processes", str(processes), "--main_process_port", "29631", "-m", "rsgen", "run",
                "--config", str(recipe)]
     # A new session so a SIGKILL reaches every process of the run (torchrun children included).
+    return subprocess.Popen(cmd, cwd=recipe.parent, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def launch_machine(recipe: Path, machine_rank: int) -> subprocess.Popen:
+    """One "machine" of a two-machine launch on localhost: one CPU process each, main process on 127.0.0.1."""
+    cmd = [str(BIN / "accelerate"), "launch", "--config_file", str(ROOT / "accelerate_configs/cpu_2proc.yaml"),
+           "--num_machines", "2", "--num_processes", "2", "--machine_rank", str(machine_rank),
+           "--main_process_ip", "127.0.0.1", "--main_process_port", "29633", "-m", "rsgen", "run",
+           "--config", str(recipe)]
     return subprocess.Popen(cmd, cwd=recipe.parent, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
 
@@ -120,6 +134,84 @@ def test_two_processes_give_the_same_dataset(reference):
     out = finish(rsgen_run(recipe, processes=2))
     assert "2 process" in out  # the stages saw two ranks
     assert dataset_rows(tmp / "two_procs") == rows
+
+
+def test_two_machines_on_localhost_give_the_same_dataset(reference):
+    tmp, model, rows = reference
+    recipe = write_recipe(tmp, model, "two_machines")
+    machines = [launch_machine(recipe, rank) for rank in (0, 1)]
+    outs = [finish(m) for m in machines]
+    assert "rank 1 of 2" in "".join(outs) or "2 process" in "".join(outs)
+    assert dataset_rows(tmp / "two_machines") == rows
+
+
+def test_second_run_on_a_busy_output_dir_is_refused(reference):
+    tmp, model, rows = reference
+    recipe = write_recipe(tmp, model, "busy")
+    first = rsgen_run(recipe)
+    lock = tmp / "busy" / "rsgen.lock"
+    while first.poll() is None and not lock.exists():
+        time.sleep(0.01)
+    start = time.perf_counter()
+    second = subprocess.run([sys.executable, "-m", "rsgen", "run", "--config", str(recipe)], cwd=tmp, env=env(),
+                            capture_output=True, text=True, timeout=120)
+    refused_in = time.perf_counter() - start
+    assert second.returncode == 2, second.stderr[-2000:]
+    assert f"pid {first.pid}" in second.stderr and "in use by another rsgen run" in second.stderr
+    assert refused_in < 30
+    finish(first)
+    assert dataset_rows(tmp / "busy") == rows
+    assert not lock.exists()
+
+
+def read_progress(proc: subprocess.Popen, output: list[str]) -> None:
+    """Collect the process's output (progress bars end lines with \r) as it comes."""
+    for chunk in iter(lambda: proc.stdout.read(1), ""):
+        output.append(chunk)
+
+
+def test_sigterm_mid_generate_flushes_every_record_and_rerun_is_clean(reference):
+    tmp, model, rows = reference
+    # Checkpoints that never flush on their own: whatever is on disk afterwards was flushed by the SIGTERM.
+    recipe = write_recipe(tmp, model, "sigterm", checkpoint_every_items=10**9, checkpoint_every_seconds=10**9)
+    work = tmp / "sigterm" / "work" / "generate"
+    proc = rsgen_run(recipe)
+    output: list[str] = []
+    reader = threading.Thread(target=read_progress, args=(proc, output), daemon=True)
+    reader.start()
+    progress = re.compile(r"generate: +\d+%\|[^|]*\| *([1-9]\d*)/(\d+)")
+    while proc.poll() is None and not progress.search("".join(output)):
+        time.sleep(0.01)
+    done, total = map(int, progress.search("".join(output)).groups())
+    assert done < total, "generate ended before the signal"
+    os.kill(proc.pid, signal.SIGTERM)
+    start = time.perf_counter()
+    proc.wait(timeout=60)
+    reader.join(timeout=10)
+    seconds, out = time.perf_counter() - start, "".join(output)
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "interrupted; rerun the same command to continue" in out and "Traceback" not in out
+    flushed = sum(len(p.read_text().splitlines()) for p in work.glob("*.jsonl"))
+    assert done <= flushed < total, (done, flushed, total)
+    assert seconds < 60
+    assert not (tmp / "sigterm" / "rsgen.lock").exists()
+    finish(rsgen_run(recipe))
+    assert dataset_rows(tmp / "sigterm") == rows
+
+
+def test_a_part_cut_in_half_is_set_aside_and_redone(reference):
+    tmp, model, rows = reference
+    recipe = write_recipe(tmp, model, "cut")
+    finish(rsgen_run(recipe))
+    work = tmp / "cut" / "work" / "generate"
+    part = sorted(work.glob("*.jsonl"))[1]
+    data = part.read_bytes()
+    part.write_bytes(data[: len(data) // 2])
+    shutil.rmtree(tmp / "cut" / "dataset")
+    out = finish(rsgen_run(recipe))
+    assert f"checkpoint part {part} is damaged" in out
+    assert (work / "quarantine" / part.name).read_bytes() == data[: len(data) // 2]
+    assert dataset_rows(tmp / "cut") == rows
 
 
 # What shows that a stage is in progress: its partial output exists on disk.

@@ -1,10 +1,12 @@
 """The one parquet shard writer (prepare and emit) and the folder swap."""
 
+import errno
 import io
 
 import datasets
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 from PIL import Image
 
 from rsgen.schema import PREPARED_FEATURES
@@ -91,3 +93,25 @@ def test_image_columns_are_stored_plain_and_text_columns_compressed(tmp_path):
     for name in ("image_sha256", "qa.list.element.question", "clean_meta.source_dataset"):
         assert columns[name].compression == "SNAPPY", name
         assert "RLE_DICTIONARY" in columns[name].encodings or "PLAIN_DICTIONARY" in columns[name].encodings, name
+
+
+def test_disk_full_while_writing_leaves_no_shard(tmp_path, monkeypatch):
+    """ENOSPC from the parquet writer (injected at the second row group): every shard of the writer is removed,
+    so nothing half-written is left to be renamed, swapped into place or trusted by a rerun."""
+    image = rgb_png(4)
+    calls = []
+    real_write = pq.ParquetWriter.write_table
+
+    def write_table(self, table, *args, **kwargs):
+        calls.append(table.num_rows)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space left on device")
+        return real_write(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", write_table)
+    writer = ParquetShardWriter(tmp_path, PREPARED_FEATURES, "data", max_shard_bytes=10**9, row_group_rows=2)
+    with pytest.raises(OSError) as err:
+        for i in range(6):
+            writer.add(row(i, image))
+    assert err.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []

@@ -15,7 +15,7 @@ from typing import Any
 
 from rsgen.demo.pool import LETTERS, answer_from_scene, make_demo_rows, mc_option_texts
 from rsgen.layout import OutputLayout
-from rsgen.schema import load_prepared
+from rsgen.schema import open_prepared
 from rsgen.verify import extract_answer
 from rsgen.verify.mc import option_letter
 from rsgen.verify.normalize import text_info
@@ -56,9 +56,10 @@ def check_demo_run(output_dir: str | Path, num_images: int, seed: int) -> TruthR
 
     pool = {row["source_id"]: row for row in make_demo_rows(num_images, seed)}
     prepared: dict[tuple[str, str], dict[str, Any]] = {}
-    for row in load_prepared(output_dir).select_columns(["image_sha256", "qa"]):
-        for qa in row["qa"]:
-            prepared[(row["image_sha256"], qa["question"])] = qa
+    for table in open_prepared(output_dir).batches(["image_sha256", "qa"]):
+        for row in table.to_pylist():
+            for qa in row["qa"]:
+                prepared[(row["image_sha256"], qa["question"])] = qa
     report = TruthReport()
     data = OutputLayout(output_dir).dataset / "data"
     for config in sorted(data.iterdir()):

@@ -14,10 +14,12 @@ import json
 import logging
 import re
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
@@ -48,7 +50,7 @@ from rsgen.emit.stats import (
 )
 from rsgen.emit.trl_views import VIEWS
 from rsgen.layout import OutputLayout
-from rsgen.schema import load_prepared
+from rsgen.schema import PreparedPool, open_prepared
 from rsgen.shards import ParquetShardWriter, swap_dir_into_place, written_sizes
 
 BATCH_ROWS = 64  # prepared rows read per batch (bounded by image bytes, not by the pool)
@@ -98,10 +100,10 @@ class FamilyPlan:
     outcomes: list[list[PairOutcome]] = field(default_factory=list)  # per row, per QA pair
 
 
-def _prepared_batches(dataset):
+def _prepared_batches(tables: Iterable[pa.Table]):
     """(row position, image bytes or None, image byte length, row dict without the image) per prepared row."""
     position = 0
-    for table in dataset.with_format("arrow").iter(batch_size=BATCH_ROWS):
+    for table in tables:
         image_bytes = table.column("image").combine_chunks().field("bytes")
         lengths = pc.binary_length(image_bytes).to_pylist()
         rest = table.drop_columns(["image"]).to_pylist()
@@ -110,12 +112,12 @@ def _prepared_batches(dataset):
             position += 1
 
 
-def plan_families(prepared, work: WorkRecords, recipe: RecipeConfig) -> tuple[dict[str, FamilyPlan], set[str]]:
+def plan_families(prepared: PreparedPool, work: WorkRecords, recipe: RecipeConfig) -> tuple[dict[str, FamilyPlan], set[str]]:
     """Pass 1: route every QA pair and size every config."""
     families: dict[str, FamilyPlan] = {}
     seen_ids: set[str] = set()
     kinds = written_kinds(recipe.views)
-    for position, _images, _i, nbytes, row in _prepared_batches(prepared):
+    for position, _images, _i, nbytes, row in _prepared_batches(prepared.batches(batch_size=BATCH_ROWS)):
         family = row["family"]
         if nbytes is None:
             raise EmitError(f"prepared row {position} (family {family!r}) has no embedded image bytes; "
@@ -149,7 +151,7 @@ def plan_families(prepared, work: WorkRecords, recipe: RecipeConfig) -> tuple[di
     return families, seen_ids
 
 
-def write_family(prepared, plan: FamilyPlan, recipe: RecipeConfig, dataset_dir: Path) -> None:
+def write_family(prepared: PreparedPool, plan: FamilyPlan, recipe: RecipeConfig, dataset_dir: Path) -> None:
     """Pass 2: write the configs of one family."""
     # An empty config is not written: `datasets` cannot load a split without rows.
     writers = {
@@ -159,7 +161,7 @@ def write_family(prepared, plan: FamilyPlan, recipe: RecipeConfig, dataset_dir: 
         if split.rows
     }
     verifier = recipe.verifier_for(plan.family)
-    subset = prepared.select(plan.row_indices)
+    subset = prepared.take(plan.row_indices)
     for n, (_position, images, i, _nbytes, row) in enumerate(_prepared_batches(subset)):
         data = images[i].as_py()
         sha = row["image_sha256"]
@@ -190,7 +192,7 @@ def run_emit(recipe: RecipeConfig) -> Path:
 
         check_hub_access(recipe)
     layout = OutputLayout(recipe.output_dir)
-    prepared = load_prepared(recipe.output_dir)
+    prepared = open_prepared(recipe.output_dir)
     work = WorkRecords.load(layout.generate_work, layout.judge_work, judge_enabled=recipe.judge,
                             num_samples=recipe.num_samples, judge_scope=recipe.judge_scope,
                             numeric_tolerance=recipe.numeric_tolerance,

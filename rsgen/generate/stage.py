@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from rsgen.config import RecipeConfig, RecipeError
 from rsgen.engine import ChatRequest, build_engine
 from rsgen.layout import OutputLayout
-from rsgen.schema import load_prepared, user_turn
+from rsgen.schema import PreparedPool, open_prepared, user_turn
 from rsgen.store import CheckpointStore, KeyedWorkSummary, distributed_state, run_keyed_work
 from rsgen.verify import verify_response
 
@@ -41,16 +41,16 @@ def sample_key(qa_id: str, sample: int, num_samples: int) -> str:
     return qa_id if num_samples == 1 else f"{qa_id}#{sample}"
 
 
-def _rows(prepared, columns: list[str], batch_size: int = 1024) -> Iterator[tuple[int, dict]]:
+def _rows(prepared: PreparedPool, columns: list[str], batch_size: int = 1024) -> Iterator[tuple[int, dict]]:
     """(row index, row) over some columns, read in Arrow batches (much faster than row by row)."""
     index = 0
-    for batch in prepared.select_columns(columns).iter(batch_size=batch_size):
-        for values in zip(*(batch[c] for c in columns)):
-            yield index, dict(zip(columns, values))
+    for table in prepared.batches(columns, batch_size):
+        for row in table.to_pylist():
+            yield index, row
             index += 1
 
 
-def ordered_keys(prepared, num_samples: int) -> list[str]:
+def ordered_keys(prepared: PreparedPool, num_samples: int) -> list[str]:
     """Every work key of the prepared pool (each QA pair, each sample), in the pool's stable order."""
     keys: list[str] = []
     seen: dict[str, int] = {}
@@ -67,7 +67,7 @@ def ordered_keys(prepared, num_samples: int) -> list[str]:
     return keys
 
 
-def work_items(prepared, num_samples: int, wanted: set[str]) -> list[WorkItem]:
+def work_items(prepared: PreparedPool, num_samples: int, wanted: set[str]) -> list[WorkItem]:
     """The items of the `wanted` keys, in the pool's order (only these are kept in memory: a rank needs the
     question and answers of its own pending items, not of the whole pool)."""
     items: list[WorkItem] = []
@@ -91,18 +91,15 @@ def work_items(prepared, num_samples: int, wanted: set[str]) -> list[WorkItem]:
     return items
 
 
-def _requests(prepared, pending: list[WorkItem]) -> Iterator[ChatRequest]:
+def _requests(prepared: PreparedPool, pending: list[WorkItem]) -> Iterator[ChatRequest]:
     """Requests for the pending items, reading each needed image once, as encoded bytes (the engine's workers
     decode them). A generator: rows are read as the engine asks for them, not all up front."""
-    from datasets import Image as ImageFeature
-
     by_row: dict[int, list[WorkItem]] = defaultdict(list)
     for item in pending:
         by_row[item.row].append(item)
     rows = sorted(by_row)
-    images = prepared.select_columns(["image"]).cast_column("image", ImageFeature(decode=False)).select(rows)
-    for row_index, row in zip(rows, images):
-        image = row["image"]
+    images = (image for table in prepared.take(rows, ["image"]) for image in table.column("image").to_pylist())
+    for row_index, image in zip(rows, images):
         data = image.get("bytes")
         if data is None:
             raise RecipeError(
@@ -139,7 +136,7 @@ class GenerateStage:
     name = "generate"
     unit = "item"
 
-    def __init__(self, recipe: RecipeConfig, prepared):
+    def __init__(self, recipe: RecipeConfig, prepared: PreparedPool):
         self.recipe = recipe
         self.prepared = prepared
         self.revision: str | None = None  # set from the engine once it is loaded
@@ -178,8 +175,8 @@ def run_generate(recipe: RecipeConfig, state=None) -> KeyedWorkSummary:
     """Generate and verify this rank's pending items; every rank of an `accelerate launch` calls this."""
     state = state or distributed_state()
     layout = OutputLayout(recipe.output_dir)
-    prepared = load_prepared(recipe.output_dir)
-    for family in set(prepared["family"]):  # a bad verifier mapping fails here, before any model work
+    prepared = open_prepared(recipe.output_dir)
+    for family in set(prepared.column("family")):  # a bad verifier mapping fails here, before any model work
         recipe.verifier_for(family)
     stage = GenerateStage(recipe, prepared)
     store = CheckpointStore(layout.generate_work)

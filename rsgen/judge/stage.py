@@ -36,7 +36,7 @@ from rsgen.routing import (
     needs_judging,
     specificity,
 )
-from rsgen.schema import load_prepared
+from rsgen.schema import open_prepared
 from rsgen.store import CheckpointStore, distributed_state, run_keyed_work
 
 
@@ -67,10 +67,9 @@ def calibration_sample(keys: Iterable[str], size: int, seed: int) -> list[str]:
 
 def prepared_index(output_dir: str | Path) -> dict[str, dict[str, Any]]:
     """QA id -> {question, answers, options, family} from the prepared pool (images are not read)."""
-    dataset = load_prepared(output_dir).select_columns(["family", "qa"])
     index: dict[str, dict[str, Any]] = {}
-    for batch in dataset.iter(batch_size=1000):
-        for family, qas in zip(batch["family"], batch["qa"]):
+    for table in open_prepared(output_dir).batches(["family", "qa"], 1000):
+        for family, qas in zip(table.column("family").to_pylist(), table.column("qa").to_pylist()):
             for qa in qas:
                 index[qa["id"]] = {"question": qa["question"], "answers": list(qa["answers"]),
                                    "options": list(qa.get("options") or []), "family": family}

@@ -2,8 +2,10 @@
 command, shrunk to a few dozen questions."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import datasets
 import pytest
@@ -11,11 +13,21 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
+def hf_home_of(output_dir: Path) -> Path:
+    return output_dir.with_name(output_dir.name + "-hf-home")
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("demo")
     command = [sys.executable, "-m", "rsgen", "demo", "--output-dir", str(output_dir), "--num-images", "24"]
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    # An empty HF home: afterwards it holds only what the run itself cached.
+    env = {**os.environ, "HF_HOME": str(hf_home_of(output_dir))}
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert completed.returncode == 0, completed.stderr[-4000:]
     return output_dir, completed.stdout
 
@@ -55,3 +67,12 @@ def test_rejected_split_holds_the_models_wrong_answers(demo_run):
                     answered += 1
     assert pairs == json.loads((output_dir / "stats.json").read_text())["totals"]["rejected_qa"]
     assert answered >= 0.9 * pairs
+
+
+def test_the_prepared_pool_is_read_in_place(demo_run):
+    """No second copy of the pool in the HF datasets cache (stages read prepared/ directly)."""
+    output_dir, _ = demo_run
+    prepared = folder_bytes(output_dir / "prepared")
+    cache = folder_bytes(hf_home_of(output_dir))
+    print(f"prepared pool {prepared} bytes, HF home after the run {cache} bytes")
+    assert prepared > 0 and cache < prepared / 4
