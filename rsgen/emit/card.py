@@ -131,6 +131,7 @@ def configs_of(stats: dict[str, Any]) -> list[str]:
 SIZE_CATEGORIES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
                    (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B")]
 DERIVED_LICENSE_NAME = "derived-from-sources"
+LICENSE_FILE = "LICENSE.md"  # with license: other, the card's license section, linked by `license_link`
 
 
 def size_category(count: int) -> str:
@@ -170,7 +171,7 @@ def card_data(stats: dict[str, Any]) -> DatasetCardData:
             entry["default"] = True
         entry["data_files"] = [{"split": "train", "path": config_glob(config)}]
         configs.append(entry)
-    extra = {"license_name": license_name} if card["license"] == "other" else {}
+    extra = {"license_name": license_name, "license_link": LICENSE_FILE} if card["license"] == "other" else {}
     return DatasetCardData(
         pretty_name=title(stats),
         license=card["license"],
@@ -712,4 +713,9 @@ def write_card(stats: dict[str, Any], dataset_dir: Path) -> Path:
     shutil.rmtree(dataset_dir / "assets", ignore_errors=True)  # no stale example images from an earlier render
     path = dataset_dir / "README.md"
     path.write_text(render_card_text(stats, dataset_dir), encoding="utf-8")
+    license_file = dataset_dir / LICENSE_FILE
+    if stats["card"]["license"] == "other":
+        license_file.write_text(f"# License\n\n{license_section(stats)}\n", encoding="utf-8")
+    else:
+        license_file.unlink(missing_ok=True)
     return path

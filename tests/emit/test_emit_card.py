@@ -138,7 +138,9 @@ def test_card_metadata_default_config_and_run_files(tmp_path):
     assert data["pretty_name"] == "clevr-rs"
     assert data["size_categories"] == ["n<1K"]  # 23 QA pairs
     assert data["source_datasets"] == ["HuggingFaceM4/ChartQA", "original"]  # local files are not a Hub source
-    assert (data["license"], data["license_name"]) == ("other", "derived-from-sources")
+    assert (data["license"], data["license_name"], data["license_link"]) == ("other", "derived-from-sources",
+                                                                             "LICENSE.md")
+    assert "`other` (`derived-from-sources`)" in (layout.dataset / "LICENSE.md").read_text()
     defaults = [c["config_name"] for c in data["configs"] if c.get("default")]
     assert defaults == ["AllRight_sft"]  # the first family's SFT view
     # `load_dataset(dir, split="train")` needs no config name.
@@ -159,6 +161,7 @@ def test_card_metadata_default_config_and_run_files(tmp_path):
     run_emit(scripted_recipe(tmp_path, license="cc-by-4.0"))
     data = DatasetCard.load(layout.dataset / "README.md").data.to_dict()
     assert data["license"] == "cc-by-4.0" and "license_name" not in data and "source_datasets" not in data
+    assert not (layout.dataset / "LICENSE.md").exists()
 
 
 def test_the_demo_model_always_gets_the_demo_banner(tmp_path):
