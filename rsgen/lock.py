@@ -38,14 +38,18 @@ class OutputDirBusy(RecipeError):
     """Another live run holds the output directory (a RecipeError: the CLI exits with code 2)."""
 
 
-def _process_start(pid: int) -> str | None:
-    """When `pid` started, in clock ticks since boot (/proc), so that a recycled pid is not taken for its
-    predecessor; None where /proc is not there."""
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state first), or None (no /proc, no process)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _process_start(pid: int) -> str | None:
+    """When `pid` started, in clock ticks since boot, so that a recycled pid is not taken for its predecessor."""
+    stat = _proc_stat(pid)
+    return stat[19] if stat else None
 
 
 def _alive(pid: int, start: str | None) -> bool:
@@ -54,8 +58,11 @@ def _alive(pid: int, start: str | None) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, owned by someone else
+        pass
+    stat = _proc_stat(pid)
+    if stat is None:  # no /proc: the pid exists, which is all we can tell
         return True
-    return start is None or _process_start(pid) in (None, start)
+    return stat[0] != "Z" and (start is None or stat[19] == start)  # a zombie has finished
 
 
 class OutputDirLock:

@@ -148,3 +148,13 @@ def test_cli_on_a_busy_output_dir_exits_2_at_once(tmp_path):
     assert "Traceback" not in proc.stderr
     assert seconds < 60
     assert list(out.iterdir()) == []  # refused before any work (our lock released above)
+
+
+def test_lock_of_a_finished_but_unreaped_process_is_taken_over(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.01)  # exited, not yet reaped (a zombie): its pid still answers kill(pid, 0)
+    write_lock(tmp_path, pid=proc.pid)
+    with locked_output_dir(tmp_path):
+        pass
+    proc.wait()
