@@ -60,24 +60,30 @@ class PreparedPool:
     order (sorted by family, then image sha256); images come as stored, `{"bytes": ..., "path": None}`."""
 
     def __init__(self, files: list[Path]):
-        self.files = [pq.ParquetFile(f, memory_map=True) for f in files]
+        self.files = list(files)
         self._groups: list[tuple[int, int]] = []  # (file, row group) in row order
         self._starts: list[int] = []  # first row of each
         self.num_rows = 0
-        for file_index, parquet in enumerate(self.files):
-            for group in range(parquet.metadata.num_row_groups):
+        for file_index, path in enumerate(self.files):
+            meta = pq.read_metadata(path)
+            for group in range(meta.num_row_groups):
                 self._groups.append((file_index, group))
                 self._starts.append(self.num_rows)
-                self.num_rows += parquet.metadata.row_group(group).num_rows
+                self.num_rows += meta.row_group(group).num_rows
 
     def __len__(self) -> int:
         return self.num_rows
 
+    def _open(self, file_index: int) -> pq.ParquetFile:
+        # Opened per read, not held: a pool of thousands of shards would otherwise hold thousands of files open.
+        return pq.ParquetFile(self.files[file_index], memory_map=True)
+
     def batches(self, columns: list[str] | None = None, batch_size: int = 1024) -> Iterator[pa.Table]:
         """The whole pool in order, `batch_size` rows at a time."""
-        for parquet in self.files:
-            for batch in parquet.iter_batches(batch_size=batch_size, columns=columns):
-                yield pa.Table.from_batches([batch])
+        for file_index in range(len(self.files)):
+            with self._open(file_index) as parquet:
+                for batch in parquet.iter_batches(batch_size=batch_size, columns=columns):
+                    yield pa.Table.from_batches([batch])
 
     def column(self, name: str) -> list:
         return [value for table in self.batches([name], 65536) for value in table.column(name).to_pylist()]
@@ -91,9 +97,18 @@ class PreparedPool:
         for row in rows:
             group = bisect.bisect_right(self._starts, row) - 1
             wanted.setdefault(group, []).append(row - self._starts[group])
-        for group, local in wanted.items():
-            file_index, row_group = self._groups[group]
-            yield self.files[file_index].read_row_group(row_group, columns=columns).take(local)
+        parquet, open_index = None, None
+        try:
+            for group, local in wanted.items():
+                file_index, row_group = self._groups[group]
+                if file_index != open_index:
+                    if parquet is not None:
+                        parquet.close()
+                    parquet, open_index = self._open(file_index), file_index
+                yield parquet.read_row_group(row_group, columns=columns).take(local)
+        finally:
+            if parquet is not None:
+                parquet.close()
 
 
 def open_prepared(output_dir: str | os.PathLike) -> PreparedPool:

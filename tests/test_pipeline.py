@@ -192,6 +192,7 @@ def test_sigterm_mid_generate_flushes_every_record_and_rerun_is_clean(reference)
     assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
     assert "interrupted; rerun the same command to continue" in out and "Traceback" not in out
     flushed = sum(len(p.read_text().splitlines()) for p in work.glob("*.jsonl"))
+    print(f"SIGTERM after {done} of {total} items; {flushed} on disk afterwards; process gone in {seconds:.1f} s")
     assert done <= flushed < total, (done, flushed, total)
     assert seconds < 60
     assert not (tmp / "sigterm" / "rsgen.lock").exists()
