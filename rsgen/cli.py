@@ -58,9 +58,10 @@ def _build_parser() -> argparse.ArgumentParser:
         _add_recipe_keys(p)
         return p
 
-    add_recipe_command("run", "all stages: prepare -> generate -> judge -> emit (resumable)")
+    add_recipe_command("run", "all stages: prepare -> generate -> explore -> judge -> emit (resumable)")
     add_recipe_command("prepare", "load, group and clean the pool into OUTPUT_DIR/prepared/")
     add_recipe_command("generate", "answer every prepared question with the VLM (resumable)")
+    add_recipe_command("explore", "sample beyond the greedy answer (explore_samples > 0): pass rates, on-policy pairs (resumable)")
     add_recipe_command("judge", "re-examine verifier rejections with the model as a text-only judge (resumable)")
     add_recipe_command("emit", "write the dataset splits, TRL views, stats.json and the card")
 

@@ -71,6 +71,7 @@ STAGES = {
     "prepare": "cleaning the pool into prepared/ (the pools themselves: `sources:`, see below)",
     "generate": "answering every question",
     "verify": "checking answers against the official ones",
+    "explore": "sampling beyond the greedy answer: pass rates, on-policy DPO pairs, a GRPO view",
     "judge": "the text-only second look at rejections",
     "emit": "the dataset, its card and the upload",
 }
@@ -112,6 +113,11 @@ class RecipeConfig:
     checkpoint_every_items: int = field(default=256, metadata={"stage": "generate", "help": "write a checkpoint after this many answers"})
     checkpoint_every_seconds: float = field(default=60.0, metadata={"stage": "generate", "help": "... or after this many seconds"})
 
+    explore_samples: int = field(default=0, metadata={"stage": "explore", "help": "sampled responses per question beyond the greedy one, at most (0 = no explore pass)"})
+    explore_temperature: float = field(default=1.0, metadata={"stage": "explore", "help": "sampling temperature of the explore pass"})
+    explore_top_p: float = field(default=1.0, metadata={"stage": "explore", "help": "nucleus sampling of the explore pass"})
+    explore_stop: str = field(default="paired", metadata={"stage": "explore", "help": "paired = stop sampling a question once it has a verified-correct and a verified-wrong response; never = draw all explore_samples (exact pass rates)"})
+
     verifier: str | dict[str, str] = field(default="relaxed", metadata={"stage": "verify", "help": "relaxed, exact, numeric, mc or math; or a mapping family -> verifier (`default:` for the rest)"})
     numeric_tolerance: float = field(default=1e-6, metadata={"stage": "verify", "help": "relative tolerance of the numeric verifier"})
     math_timeout_seconds: float = field(default=5.0, metadata={"stage": "verify", "help": "time limit of one math-verify comparison"})
@@ -127,7 +133,7 @@ class RecipeConfig:
     judge_min_specificity: float = field(default=0.95, metadata={"stage": "judge", "help": "leniency gate: in a family whose judge rejects fewer known-wrong pairs, its promotions are withheld (0 = off)"})
 
     shard_size_mb: int = field(default=500, metadata={"stage": "emit", "help": "parquet shard size of prepared/ and dataset/"})
-    views: list[str] | None = field(default=None, metadata={"stage": "emit", "help": "TRL views written next to the three splits, e.g. [sft] (null = all: sft, dpo); each view stores its images again"})
+    views: list[str] | None = field(default=None, metadata={"stage": "emit", "help": "TRL views written next to the three splits, e.g. [sft] (null = all: sft, dpo, and with explore_samples > 0 dpo_onpolicy, grpo); each view stores its images again"})
     sft_keep_reasoning: bool = field(default=True, metadata={"stage": "emit", "help": "`_sft` completion is the full response (true) or the answer alone (false)"})
     num_card_examples: int = field(default=3, metadata={"stage": "emit", "help": "examples shown per family in the card"})
     license: str = field(default="other", metadata={"stage": "emit", "help": "the card's license (a Hub license id)"})
@@ -266,6 +272,17 @@ def validate_recipe(recipe: RecipeConfig) -> None:
                           f"got {recipe.judge_min_specificity!r}")
     if recipe.judge_calibration_size < 0:
         raise RecipeError(f"judge_calibration_size must be >= 0, got {recipe.judge_calibration_size}")
+    if recipe.explore_samples < 0:
+        raise RecipeError(f"explore_samples must be >= 0 (0 = no explore pass), got {recipe.explore_samples}")
+    if recipe.explore_samples and recipe.num_samples > 1:
+        raise RecipeError("explore_samples > 0 samples beyond ONE greedy answer: set num_samples: 1 (explore "
+                          "replaces drawing num_samples per question)")
+    if recipe.explore_samples and recipe.explore_temperature <= 0:
+        raise RecipeError(f"explore_temperature must be > 0 to sample, got {recipe.explore_temperature}")
+    if not 0 < recipe.explore_top_p <= 1:
+        raise RecipeError(f"explore_top_p must be in (0, 1], got {recipe.explore_top_p}")
+    if recipe.explore_stop not in ("paired", "never"):
+        raise RecipeError(f"explore_stop must be paired or never, got {recipe.explore_stop!r}")
     if recipe.push_to_hub and not recipe.hub_dataset_id:
         raise RecipeError("push_to_hub: true needs hub_dataset_id: USER/NAME")
     from rsgen.verify import VERIFIERS  # late import: verify imports nothing from config

@@ -37,6 +37,16 @@ class OutputLayout:
         return self.work / "generate"
 
     @property
+    def explore_work(self) -> Path:
+        """CheckpointStore parts of the explore stage (one record per sampled response, key "{id}#{sample}")."""
+        return self.work / "explore"
+
+    @property
+    def explore_pass_rates(self) -> Path:
+        """One JSON line per explored question: samples drawn, verified correct, pass rate (written by explore)."""
+        return self.work / "explore_pass_rates.jsonl"
+
+    @property
     def judge_work(self) -> Path:
         """CheckpointStore parts of the judge stage (one record per judged QA id)."""
         return self.work / "judge"

@@ -1,4 +1,4 @@
-"""prepare -> generate -> judge -> emit, with barriers between stages, on one process or under accelerate.
+"""prepare -> generate -> explore -> judge -> emit, with barriers between stages, on one process or under accelerate.
 
 Each stage is resumable on its own (its outputs on disk say what is finished), so `run` is simply every stage
 in order; a rerun redoes nothing finished. run.json pins, per stage, the keys that stage's work depends on: a
@@ -20,6 +20,7 @@ from rsgen.config import RecipeConfig, RecipeError
 from rsgen.emit import run_emit
 from rsgen.emit.stats import written_kinds
 from rsgen.engine import check_engine, resolve_model_path
+from rsgen.explore import run_explore
 from rsgen.generate import run_generate
 from rsgen.judge import run_judge
 from rsgen.layout import OutputLayout
@@ -28,7 +29,8 @@ from rsgen.prepare import run_prepare
 from rsgen.schema import prepared_shards
 from rsgen.store import distributed_state
 
-STAGES = ("prepare", "generate", "judge", "emit")
+# Explore runs before the judge: the judge grades the explore samples that need a verdict too.
+STAGES = ("prepare", "generate", "explore", "judge", "emit")
 
 # Per stage: the keys its work depends on, and what on disk shows that it has work. Generate records carry the
 # verifier's decision, so the verifier keys belong to generate; the judge reads those decisions.
@@ -37,6 +39,7 @@ STAGE_PINS: dict[str, tuple[str, ...]] = {
     "generate": ("model_name_or_path", "engine", "model_revision", "torch_dtype", "enable_thinking",
                  "chat_template_kwargs", "max_new_tokens", "temperature", "top_p", "num_samples", "seed", "verifier",
                  "numeric_tolerance", "math_timeout_seconds"),
+    "explore": ("explore_samples", "explore_temperature", "explore_top_p", "explore_stop"),
     "judge": ("judge_model_name_or_path", "judge_chat_template_kwargs", "judge_prompt_file", "judge_max_new_tokens",
               "judge_calibration_size", "judge_calibration_seed"),
 }
@@ -52,6 +55,7 @@ def stage_work(layout: OutputLayout) -> dict[str, Any]:
     return {
         "prepare": layout.prepared if layout.prepared.is_dir() else None,
         "generate": nonempty(layout.generate_work),
+        "explore": nonempty(layout.explore_work),
         "judge": nonempty(layout.judge_work),
     }
 PACKAGES = ("rsgen", "torch", "transformers", "accelerate", "datasets", "trl", "evaluate", "math-verify", "huggingface_hub")
@@ -190,6 +194,8 @@ def check_before_work(recipe: RecipeConfig, stages: tuple[str, ...]) -> None:
     emitted views, the Hub access of a push. Creates nothing."""
     if "generate" in stages:
         check_engine(recipe, "generate")
+    if "explore" in stages and recipe.explore_samples:
+        check_engine(recipe, "explore")
     if "judge" in stages and recipe.judge:
         check_engine(recipe, "judge")
     check_output_dir(recipe.output_dir)
@@ -198,7 +204,7 @@ def check_before_work(recipe: RecipeConfig, stages: tuple[str, ...]) -> None:
         raise RecipeError(f"no prepared pool in {str(prepared)!r}: run `rsgen prepare --config RECIPE` first "
                           "(or check output_dir)")
     if "emit" in stages:
-        written_kinds(recipe.views)
+        written_kinds(recipe.views, explore=recipe.explore_samples > 0)
         if recipe.push_to_hub:
             from rsgen.emit.push import check_hub_access
 
@@ -227,6 +233,8 @@ def _run_stage_work(name: str, recipe: RecipeConfig, state: PartialState) -> Non
             run_prepare(recipe)
     elif name == "generate":
         run_generate(recipe, state)
+    elif name == "explore":
+        run_explore(recipe, state)
     elif name == "judge":
         run_judge(recipe, state)
     elif name == "emit":
@@ -244,4 +252,6 @@ def run_pipeline(recipe: RecipeConfig) -> None:
     with locked_output_dir(recipe.output_dir, state):
         check_and_write_run_json(recipe, state)
         for stage in STAGES:
+            if stage == "explore" and not recipe.explore_samples:
+                continue  # off by default: not run, not recorded in run.json
             run_stage(stage, recipe, state, checked=True)

@@ -211,6 +211,9 @@ class KeyedStage(Protocol):
     def progress(self, record: dict[str, Any]) -> dict[str, Any] | None:
         """Progress-bar postfix after `record` was written, or None."""
 
+    # Optional: `group(key) -> str`. Keys of one group go to the same rank (explore: the samples of one question,
+    # which share one encoded prompt). Without it every key is its own group.
+
 
 @dataclass
 class KeyedWorkSummary:
@@ -235,7 +238,13 @@ def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine
     from tqdm.auto import tqdm
 
     keys = stage.keys()
-    mine = shard_for_rank(keys, state.process_index, state.num_processes)
+    group = getattr(stage, "group", None)
+    if group is None:
+        mine = shard_for_rank(keys, state.process_index, state.num_processes)
+    else:
+        groups = list(dict.fromkeys(group(k) for k in keys))  # first-seen order: the same on every rank
+        my_groups = set(shard_for_rank(groups, state.process_index, state.num_processes))
+        mine = [k for k in keys if group(k) in my_groups]
     done = store.done_keys()
     pending = [k for k in mine if k not in done]
     summary = KeyedWorkSummary(state.process_index, state.num_processes, total=len(keys), assigned=len(mine),

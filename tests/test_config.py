@@ -121,3 +121,15 @@ def test_the_demo_pool_defaults_to_the_demo_model():
     assert recipe_from_dict({"sources": [demo]}).model_name_or_path == "rsgen-demo"
     with pytest.raises(RecipeError, match="model_name_or_path is not set"):
         recipe_from_dict({"sources": [demo, SOURCE]})
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"explore_samples": -1}, "explore_samples must be >= 0"),
+    ({"explore_samples": 4, "num_samples": 2, "temperature": 1.0}, "set num_samples: 1"),
+    ({"explore_samples": 4, "explore_temperature": 0.0}, "explore_temperature must be > 0"),
+    ({"explore_top_p": 0.0}, r"explore_top_p must be in \(0, 1\]"),
+    ({"explore_stop": "first"}, "explore_stop must be paired or never, got 'first'"),
+])
+def test_explore_keys_are_checked(overrides, message):
+    with pytest.raises(RecipeError, match=message):
+        recipe_from_dict(overrides)

@@ -130,6 +130,30 @@ def test_keyed_work_stripes_ranks_and_skips_done_keys(tmp_path):
     assert store.records()["k04"] == {"key": "k04", "n": 4, "answer": "40k"}
 
 
+def test_keyed_work_keeps_a_group_on_one_rank(tmp_path):
+    """A stage with `group(key)` (explore: the samples of one question share a prompt) stripes whole groups."""
+
+    @dataclass
+    class GroupedStage(ScriptedStage):
+        all_keys: list[str] = field(default_factory=lambda: [f"q{q}#{s}" for q in range(5) for s in (1, 2, 3)])
+
+        def requests(self, pending):
+            return (Request(key, 0) for key in pending)
+
+        @staticmethod
+        def group(key):
+            return key.split("#")[0]
+
+    stage = GroupedStage()
+    seen = {}
+    for rank in (0, 1):
+        engine = EchoEngine()
+        run_keyed_work(stage, CheckpointStore(tmp_path / f"rank{rank}"), FakeState(rank, 2), lambda engine=engine: engine)
+        seen[rank] = engine.seen
+    assert seen[0] == [f"q{q}#{s}" for q in (0, 2, 4) for s in (1, 2, 3)]
+    assert seen[1] == [f"q{q}#{s}" for q in (1, 3) for s in (1, 2, 3)]
+
+
 def test_keyed_work_builds_no_engine_when_nothing_is_pending(tmp_path):
     store = CheckpointStore(tmp_path)
     run_keyed_work(ScriptedStage(), store, FakeState(), EchoEngine)

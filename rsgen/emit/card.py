@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from rsgen.emit.plots import PLOT_NAME, draw_stats_plot
+from rsgen.emit.plots import PASS_RATE_PLOT_NAME, PLOT_NAME, draw_pass_rate_plot, draw_stats_plot
 from rsgen.emit.stats import config_features, config_glob
 
 TEMPLATE_PATH = Path(__file__).with_name("card_template.md")
@@ -680,11 +680,61 @@ def cleaning_section(stats: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------------------------ render
 
 
+def explore_section(stats: dict[str, Any]) -> str:
+    """Pair hunting: what the explore pass drew and found (nothing without one)."""
+    explored = {f: fam["explore"] for f, fam in stats["families"].items() if fam.get("explore")}
+    if not explored:
+        return ""
+    gen = stats["generation"]
+    stop = ("until it had a verified-correct and a verified-wrong response (`explore_stop: paired`) or "
+            f"{gen['explore_samples']} samples" if gen["explore_stop"] == "paired"
+            else f"{gen['explore_samples']} samples each (`explore_stop: never`: exact pass rates)")
+    lines = [
+        "## Pair hunting: sampling beyond the greedy answer",
+        "",
+        f"After the greedy pass every question was sampled again at temperature {gen['explore_temperature']} "
+        f"(top-p {gen['explore_top_p']}), in rounds of 1, 2, 4, … samples over the questions still open, {stop}. "
+        "Each sample was verified as it landed. A response counts as correct when it is accepted by the rules "
+        "above (verifier, or a trusted judge `CORRECT`); as wrong when it has an extractable answer the verifier "
+        "rejected and the mismatch was decisive or the judge said `WRONG`. The pass rate of a question is its "
+        "correct responses over all responses drawn, the greedy one included (with `paired` stopping it rests on the few responses drawn before the pair was found; "
+        "`explore_stop: never` draws all samples for exact rates). Every sample's random stream is "
+        "fixed by the run's seed and the sample's key, so the samples do not depend on batching, process count "
+        "or restarts.",
+        "",
+        "`{Family}_dpo_onpolicy` pairs a response the verifier accepted with one that was verified wrong, for the "
+        "same image and question; `{Family}_grpo` holds the questions with 0 < pass rate < 1 — the ones whose "
+        "sampled rewards still differ, so a GRPO group has something to learn from.",
+        "",
+        "| family | questions | responses drawn | explore samples | on-policy pairs | samples per pair | "
+        "learnable (0 < pass rate < 1) | mean pass rate |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for family, e in explored.items():
+        pairs = _n(e["pairs"]) if e["pairs"] is not None else "view not written"
+        per_pair = f"{e['samples_per_pair']:.1f}" if e["samples_per_pair"] is not None else "–"
+        lines.append(f"| {family} | {_n(e['questions'])} | {_n(e['responses'])} | {_n(e['explore_samples'])} | "
+                     f"{pairs} | {per_pair} | {_n(e['learnable'])} ({_rate(e['learnable_share'])}) | "
+                     f"{_rate(e['mean_pass_rate'])} |")
+    bins = next(iter(explored.values()))["pass_rate_histogram"]["bins"]
+    lines += ["", "Questions per pass rate:", "",
+              "| family | " + " | ".join(f"`{b}`" for b in bins) + " |", "|---" * (len(bins) + 1) + "|"]
+    for family, e in explored.items():
+        lines.append(f"| {family} | " + " | ".join(_n(c) for c in e["pass_rate_histogram"]["counts"]) + " |")
+    lines += ["", f"![Pass rates per family](assets/{PASS_RATE_PLOT_NAME})", "",
+              "GRPO rewards by dotted path: `GRPOTrainer(reward_funcs=[rsgen.verify.rewards.relaxed], ...)` (or "
+              "`--reward_funcs rsgen.verify.rewards.relaxed` in TRL's scripts; `exact`, `numeric`, `mc`, `math` "
+              "likewise) reads the `solution` column of `{Family}_grpo` as it is.", ""]
+    return "\n".join(lines)
+
+
 def render_card_text(stats: dict[str, Any], dataset_dir: Path) -> str:
     """The card's text; writes the example images and the plot into `dataset_dir/assets/` as it goes."""
     assets = dataset_dir / "assets"
     assets.mkdir(parents=True, exist_ok=True)
     draw_stats_plot(stats, assets / PLOT_NAME)
+    if any(fam.get("explore") for fam in stats["families"].values()):
+        draw_pass_rate_plot(stats, assets / PASS_RATE_PLOT_NAME)
     template = Template(TEMPLATE_PATH.read_text(encoding="utf-8"))
     body = template.substitute(
         title=title(stats),
@@ -697,6 +747,7 @@ def render_card_text(stats: dict[str, Any], dataset_dir: Path) -> str:
         production=production(stats),
         matching=matching(stats),
         judge=judge_section(stats),
+        explore=explore_section(stats),
         schema=schema_section(stats),
         training=training_section(stats),
         examples=examples_section(stats, dataset_dir),

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 PLOT_NAME = "stats.png"
+PASS_RATE_PLOT_NAME = "pass_rates.png"
 
 
 def draw_stats_plot(stats: dict[str, Any], path: Path) -> Path:
@@ -41,6 +42,34 @@ def draw_stats_plot(stats: dict[str, Any], path: Path) -> Path:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     # No metadata: the PNG must be the same bytes on every render of the same stats.
+    fig.savefig(path, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def draw_pass_rate_plot(stats: dict[str, Any], path: Path) -> Path:
+    """Questions per pass-rate bin, one group of bars per family (families with an explore pass)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    explored = {name: fam["explore"] for name, fam in stats["families"].items() if fam.get("explore")}
+    bins = next(iter(explored.values()))["pass_rate_histogram"]["bins"]
+    fig, ax = plt.subplots(figsize=(8, 3.5), dpi=100)
+    width = 0.8 / len(explored)
+    for i, (name, explore) in enumerate(explored.items()):
+        counts = explore["pass_rate_histogram"]["counts"]
+        total = max(1, sum(counts))
+        ax.bar([b + (i - (len(explored) - 1) / 2) * width for b in range(len(bins))],
+               [100.0 * c / total for c in counts], width, label=name)
+    ax.set_xticks(range(len(bins)), bins)
+    ax.set_xlabel("pass rate (correct responses / responses drawn)")
+    ax.set_ylabel("questions (%)")
+    ax.set_title("Pass rate per question (learnable zone: between 0 and 1)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", metadata={"Software": None})
     plt.close(fig)
     return path

@@ -34,6 +34,7 @@ from rsgen.emit.splits import (
     route_pair,
     split_qa,
     tally_row,
+    with_explore,
 )
 from rsgen.emit.stats import (
     MB,
@@ -85,8 +86,11 @@ def rows_for_image(image: dict[str, Any], sha: str, qas: list[dict[str, Any]], o
     skipped: dict[str, dict[str, int]] = {}
     for kind in kinds:
         view = VIEWS.get(kind)
-        if view is not None and out[view.reads]:
-            out[kind], skipped[kind] = view.rows(image, out[view.reads][0]["qa"], recipe)
+        if view is None:
+            continue
+        source = out[view.reads][0]["qa"] if out.get(view.reads) else split_qa(view.reads, qas, outcomes)
+        if source:
+            out[kind], skipped[kind] = view.rows(image, source, recipe)
     return out, skipped
 
 
@@ -116,7 +120,7 @@ def plan_families(prepared: PreparedPool, work: WorkRecords, recipe: RecipeConfi
     """Pass 1: route every QA pair and size every config."""
     families: dict[str, FamilyPlan] = {}
     seen_ids: set[str] = set()
-    kinds = written_kinds(recipe.views)
+    kinds = written_kinds(recipe.views, explore=recipe.explore_samples > 0)
     for position, _images, _i, nbytes, row in _prepared_batches(prepared.batches(batch_size=BATCH_ROWS)):
         family = row["family"]
         if nbytes is None:
@@ -127,7 +131,7 @@ def plan_families(prepared: PreparedPool, work: WorkRecords, recipe: RecipeConfi
             plan = families[family] = FamilyPlan(family, config_prefix(family))
             plan.plans = {kind: SplitPlan(config_name(plan.prefix, kind)) for kind in kinds}
         qas = row["qa"]
-        outcomes = [route_pair(qa, work) for qa in qas]
+        outcomes = [with_explore(route_pair(qa, work), qa, work) for qa in qas]
         seen_ids.update(qa["id"] for qa in qas)
         tally_row(plan.tally, qas, outcomes, row["clean_meta"]["steps"] or [], work)
         plan.row_indices.append(position)
@@ -196,7 +200,8 @@ def run_emit(recipe: RecipeConfig) -> Path:
     work = WorkRecords.load(layout.generate_work, layout.judge_work, judge_enabled=recipe.judge,
                             num_samples=recipe.num_samples, judge_scope=recipe.judge_scope,
                             numeric_tolerance=recipe.numeric_tolerance,
-                            min_specificity=recipe.judge_min_specificity)
+                            min_specificity=recipe.judge_min_specificity,
+                            explore_dir=layout.explore_work if recipe.explore_samples else None)
     if recipe.judge and work.judge_needed() and not (work.judge or work.calibration or work.known_wrong):
         raise EmitError("judge: true but there are no judge records in "
                         f"{str(layout.judge_work)!r}; run `rsgen judge` (or `rsgen run`) first, or set judge: false")

@@ -14,6 +14,7 @@ from typing import Any
 from datasets import Features
 
 from rsgen.config import DEMO_DATASET, DEMO_MODEL, RecipeConfig, RecipeError, SourceConfig
+from rsgen.emit.explored import PASS_RATE_BINS
 from rsgen.emit.splits import FamilyRouting
 from rsgen.emit.trl_views import VIEWS
 from rsgen.routing import judge_trusted, specificity
@@ -40,13 +41,18 @@ class SplitPlan:
     skipped: dict[str, int] = field(default_factory=dict)  # dpo: rejected pairs without a usable pair, by why
 
 
-def written_kinds(views: list[str] | None) -> tuple[str, ...]:
-    """The config kinds an emit writes: the three RS splits always, then the recipe's `views` (null = all)."""
-    chosen = list(VIEWS) if views is None else views
+def written_kinds(views: list[str] | None, explore: bool = False) -> tuple[str, ...]:
+    """The config kinds an emit writes: the three RS splits always, then the recipe's `views` (null = all; the
+    views of the explore pass only when there is one)."""
+    chosen = [v for v in VIEWS if explore or VIEWS[v].reads != "explored"] if views is None else views
     unknown = [v for v in chosen if v not in VIEWS]
     if unknown:
         raise RecipeError(f"views: unknown view(s) {', '.join(map(repr, unknown))}; choose from {', '.join(VIEWS)} "
                           "(or null for all)")
+    without = [v for v in chosen if VIEWS[v].reads == "explored" and not explore]
+    if without:
+        raise RecipeError(f"views: {', '.join(without)} need(s) an explore pass; set explore_samples > 0 "
+                          "(e.g. 4) or drop them from views")
     return (*RS_KINDS, *(v for v in VIEWS if v in chosen))
 
 
@@ -121,7 +127,7 @@ def _parse_time(text: str | None) -> _dt.datetime | None:
 def stage_wall_times(run: dict[str, Any] | None) -> dict[str, Any]:
     """Seconds per finished stage as run.json records them (the last invocation of each stage)."""
     stages = {}
-    for name in ("prepare", "generate", "judge"):
+    for name in ("prepare", "generate", "explore", "judge"):
         entry = ((run or {}).get("stages") or {}).get(name) or {}
         start, end = _parse_time(entry.get("started_at")), _parse_time(entry.get("finished_at"))
         if start and end:
@@ -161,6 +167,28 @@ def gate_warnings(families: dict[str, dict[str, Any]], min_specificity: float) -
         out.append(f"family {family}: the judge {measured}, below judge_min_specificity {min_specificity:.0%}; "
                    f"{judge['withheld']} promotion(s) withheld (reason judge_withheld)")
     return out
+def explore_stats(tally: FamilyRouting, plans: dict[str, SplitPlan]) -> dict[str, Any] | None:
+    """What the explore pass found in a family (None without one): the pass-rate histogram over questions,
+    on-policy pairs found, responses drawn (greedy included) and the share of questions in the learnable zone."""
+    if not tally.explore_questions:
+        return None
+    questions = tally.explore_questions
+    learnable = questions - tally.explore_pass_rates[PASS_RATE_BINS[0]] - tally.explore_pass_rates[PASS_RATE_BINS[-1]]
+    pairs = plans["dpo_onpolicy"].rows if "dpo_onpolicy" in plans else None
+    explore_samples = tally.explore_responses - questions  # responses beyond the one greedy answer per question
+    return {
+        "questions": questions,
+        "responses": tally.explore_responses,
+        "explore_samples": explore_samples,
+        "explore_generated_tokens": tally.explore_tokens,
+        "mean_pass_rate": round(tally.explore_correct / tally.explore_responses, 6),
+        "pass_rate_histogram": {"bins": list(PASS_RATE_BINS),
+                                "counts": [tally.explore_pass_rates[b] for b in PASS_RATE_BINS]},
+        "learnable": learnable,
+        "learnable_share": round(learnable / questions, 6),
+        "pairs": pairs,
+        "samples_per_pair": round(explore_samples / pairs, 3) if pairs else None,
+    }
 
 
 def family_stats(family: str, tally: FamilyRouting, plans: dict[str, SplitPlan], verifier: str,
@@ -217,6 +245,7 @@ def family_stats(family: str, tally: FamilyRouting, plans: dict[str, SplitPlan],
             "hit_limit": tally.hit_limit,
         },
         "response_lengths": response_length_histogram(tally.response_tokens, max_new_tokens),
+        "explore": explore_stats(tally, plans),
     }
 
 
@@ -239,6 +268,10 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
             "chat_template_kwargs": recipe.generation_chat_template_kwargs(),
             "max_new_tokens": recipe.max_new_tokens,
             "num_samples": recipe.num_samples,
+            "explore_samples": recipe.explore_samples,
+            "explore_temperature": recipe.explore_temperature,
+            "explore_top_p": recipe.explore_top_p,
+            "explore_stop": recipe.explore_stop,
             "instruction": recipe.instruction,
         },
         "verify": {

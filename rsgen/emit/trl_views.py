@@ -1,5 +1,7 @@
 """TRL-ready views of the splits: `{Family}_sft` (conversational prompt-completion) and `{Family}_dpo`
-(conversational preference pairs), in the vision formats `trl.SFTTrainer` and `trl.DPOTrainer` train on as they are.
+(conversational preference pairs), in the vision formats `trl.SFTTrainer` and `trl.DPOTrainer` train on as they are;
+with an explore pass also `{Family}_dpo_onpolicy` (the model's own right and wrong responses) and `{Family}_grpo`
+(prompts with 0 < pass rate < 1 for `trl.GRPOTrainer`).
 
 Format:
 - messages are `{"role", "content"}` with content as a list of parts `{"type": "image"|"text", "text": ...}`;
@@ -77,6 +79,51 @@ def dpo_rows(image: dict[str, Any], rejected_qa: list[dict[str, Any]]) -> tuple[
     return rows, skipped
 
 
+DPO_ONPOLICY_FEATURES = Features(
+    {"prompt": List(MESSAGE), "chosen": List(MESSAGE), "rejected": List(MESSAGE), "images": List(Image()),
+     "answer": Value("string"), "pass_rate": Value("float64")}
+)
+GRPO_FEATURES = Features(
+    {"prompt": List(MESSAGE), "images": List(Image()), "solution": Value("string"), "options": List(Value("string")),
+     "pass_rate": Value("float64")}
+)
+
+
+def dpo_onpolicy_rows(image: dict[str, Any], explored_qa: list[dict[str, Any]]
+                      ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """One preference pair per explored question with a verified-correct and a verified-wrong response of the
+    model itself (reasoning included): `chosen` one the verifier accepted, `rejected` one routed `wrong_answer`.
+    Left out, by why: `no_correct_response`, `no_wrong_response`."""
+    rows, skipped = [], {"no_correct_response": 0, "no_wrong_response": 0}
+    for qa in explored_qa:
+        if qa["chosen"] is None:
+            skipped["no_correct_response"] += 1
+        elif qa["rejected"] is None:
+            skipped["no_wrong_response"] += 1
+        else:
+            rows.append({"prompt": [_user(qa["question"])], "chosen": [_assistant(qa["chosen"])],
+                         "rejected": [_assistant(qa["rejected"])], "images": [image], "answer": qa["answer"],
+                         "pass_rate": qa["pass_rate"]})
+    return rows, skipped
+
+
+def grpo_rows(image: dict[str, Any], explored_qa: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """One prompt per explored question the model sometimes gets right and sometimes wrong (0 < pass rate < 1:
+    the questions whose sampled rewards still differ, so a GRPO group has an advantage to learn from). `solution`
+    is the official answer that `rsgen.verify.rewards.<verifier>` reads. Left out: `always_correct`,
+    `never_correct`."""
+    rows, skipped = [], {"always_correct": 0, "never_correct": 0}
+    for qa in explored_qa:
+        if qa["pass_rate"] >= 1:
+            skipped["always_correct"] += 1
+        elif qa["pass_rate"] <= 0:
+            skipped["never_correct"] += 1
+        else:
+            rows.append({"prompt": [_user(qa["question"])], "images": [image], "solution": qa["answer"],
+                         "options": list(qa["options"]), "pass_rate": qa["pass_rate"]})
+    return rows, skipped
+
+
 @dataclass(frozen=True)
 class View:
     features: Features
@@ -88,5 +135,8 @@ VIEWS: dict[str, View] = {
     "sft": View(SFT_FEATURES, "RS_think",
                 lambda image, qa, recipe: (sft_rows(image, qa, recipe.sft_keep_reasoning), {})),
     "dpo": View(DPO_FEATURES, "rejected", lambda image, qa, recipe: dpo_rows(image, qa)),
+    # With an explore pass (explore_samples > 0); "explored" is every QA pair with its samples' outcome.
+    "dpo_onpolicy": View(DPO_ONPOLICY_FEATURES, "explored", lambda image, qa, recipe: dpo_onpolicy_rows(image, qa)),
+    "grpo": View(GRPO_FEATURES, "explored", lambda image, qa, recipe: grpo_rows(image, qa)),
 }
 """Emit's table of views: name -> how to build it. The recipe key `views` picks which are written."""

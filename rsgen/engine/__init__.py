@@ -28,7 +28,7 @@ from rsgen.engine.models import (
 ENGINES = {
     "transformers": "rsgen.engine.transformers_engine:TransformersEngine.from_spec",
 }
-ROLES = ("generate", "judge")
+ROLES = ("generate", "explore", "judge")
 
 
 @dataclass(frozen=True)
@@ -63,15 +63,16 @@ def engine_spec(recipe, role: str) -> EngineSpec:
         token_budget=recipe.token_budget,
         max_batch_size=recipe.max_batch_size,
     )
-    if role == "generate":
+    if role in ("generate", "explore"):  # explore: the generating model, sampling at its own temperature
+        explore = role == "explore"
         return EngineSpec(
             role=role,
             model_name_or_path=recipe.model_name_or_path,
             model_path=resolve_model_path(recipe.model_name_or_path),
             revision=recipe.model_revision,
             max_new_tokens=recipe.max_new_tokens,
-            temperature=recipe.temperature,
-            top_p=recipe.top_p,
+            temperature=recipe.explore_temperature if explore else recipe.temperature,
+            top_p=recipe.explore_top_p if explore else recipe.top_p,
             chat_template_kwargs=recipe.generation_chat_template_kwargs(),
             **common,
         )

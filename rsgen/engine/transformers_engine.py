@@ -459,17 +459,18 @@ class TransformersEngine:
         else:
             inputs = encoded.inputs.to(device)
         row_keys = self._row_keys(encoded.items)
-        extra: dict[str, Any] = {}
-        if self.generation_config.do_sample:
+        generation_config, extra = self.generation_config, {}
+        if generation_config.do_sample:
             # Each row's stream is fixed by (seed, its key): the response does not depend on the batch.
             seeds = [row_seed(self.seed, key if key is not None else m.request.key) for m, key in row_keys]
             extra["logits_processor"] = [
                 RowSeededSampler(seeds, encoded.padded_length, self.temperature, self.top_p)
             ]
-            extra["num_return_sequences"] = encoded.items[0].rows
+            generation_config = copy.deepcopy(generation_config)
+            generation_config.num_return_sequences = encoded.items[0].rows
         start = time.perf_counter()
         with torch.inference_mode():
-            output = self.model.generate(**inputs, generation_config=self.generation_config, **extra)
+            output = self.model.generate(**inputs, generation_config=generation_config, **extra)
         new_tokens = output[:, encoded.padded_length :].cpu()
         self.stats.generate_seconds += time.perf_counter() - start
 

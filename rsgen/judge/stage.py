@@ -89,14 +89,17 @@ def _qa_of(rec: dict[str, Any], gen_key: str, prepared: dict[str, dict[str, Any]
 
 
 def select_items(
-    generate_records: dict[str, dict[str, Any]], prepared: dict[str, dict[str, Any]], recipe: RecipeConfig
+    generate_records: dict[str, dict[str, Any]], prepared: dict[str, dict[str, Any]], recipe: RecipeConfig,
+    explore_records: dict[str, dict[str, Any]] | None = None,
 ) -> list[JudgeItem]:
     """Every item of the stage in one global order: rejected pairs the judge grades (sorted by key; decisive
     mismatches left out unless `judge_scope: all`), the calibration sample of verifier-accepted pairs (sorted by
-    key), then the known-wrong pairs (by family, id). Every rank computes the same list."""
+    key), then the known-wrong pairs (by family, id). Every rank computes the same list. Rejected explore samples
+    (keys "{id}#{sample}") are graded like greedy answers; calibration draws from the greedy pass only."""
+    graded = {**generate_records, **(explore_records or {})}
     rejected = []
-    for gen_key in sorted(k for k, rec in generate_records.items() if needs_judging(rec)):
-        rec = generate_records[gen_key]
+    for gen_key in sorted(k for k, rec in graded.items() if needs_judging(rec)):
+        rec = graded[gen_key]
         qa = _qa_of(rec, gen_key, prepared, recipe)
         if goes_to_judge(rec, qa["answers"], qa["options"], recipe.judge_scope, recipe.numeric_tolerance):
             rejected.append(gen_key)
@@ -105,7 +108,7 @@ def select_items(
     items = []
     for kind, keys in ((REJECTED, rejected), (CALIBRATION, calibration)):
         for gen_key in keys:
-            rec = generate_records[gen_key]
+            rec = graded[gen_key]
             qa = _qa_of(rec, gen_key, prepared, recipe)
             items.append(
                 JudgeItem(
@@ -208,10 +211,12 @@ def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
     generate_records = CheckpointStore(layout.generate_work).records()
     prepared = prepared_index(recipe.output_dir)
     _check_generate_finished(generate_records, prepared, recipe)
-    items = select_items(generate_records, prepared, recipe)
+    # The explore pass (before this stage) adds sampled responses that need a verdict too.
+    explore_records = CheckpointStore(layout.explore_work).records() if recipe.explore_samples else {}
+    items = select_items(generate_records, prepared, recipe, explore_records)
     store = CheckpointStore(layout.judge_work)
     kinds = Counter(item.kind for item in items)
-    decisive = sum(needs_judging(rec) for rec in generate_records.values()) - kinds[REJECTED]
+    decisive = sum(needs_judging(rec) for rec in [*generate_records.values(), *explore_records.values()]) - kinds[REJECTED]
     done = len(store.done_keys() & {item.key for item in items})
     _log(state, f"{kinds[REJECTED]} rejected pairs to judge ({decisive} decisive mismatches stay wrong_answer "
                 f"unjudged, judge_scope: {recipe.judge_scope}) + {kinds[CALIBRATION]} verifier-accepted and "

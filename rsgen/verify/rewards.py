@@ -142,7 +142,7 @@ def _reward(name: str, completions, kwargs) -> list[float | None]:
             rewards.append(None)
             continue
         decision = verify_response(name, completion_text(completion), references[i],
-                                   options=options[i] if options is not None else None)
+                                   options=(options[i] or None) if options is not None else None)
         rewards.append(1.0 if decision.match else 0.0)
     return rewards
 

@@ -274,5 +274,7 @@ def test_views_choose_which_views_are_written(tmp_path):
     assert list(stats["families"]["CLEVRMath"]["splits"]) == ["RS_think", "RS_nothink", "rejected", "sft"]
     assert "CLEVRMath_dpo" not in (layout.dataset / "README.md").read_text()
     assert len(load(tmp_path, "CLEVRMath_sft")) == 5
-    with pytest.raises(RecipeError, match="'grpo'.*sft, dpo"):
+    with pytest.raises(RecipeError, match="'ppo'.*sft, dpo, dpo_onpolicy, grpo"):
+        run_emit(scripted_recipe(tmp_path, views=["sft", "ppo"]))
+    with pytest.raises(RecipeError, match="grpo need.* an explore pass; set explore_samples > 0"):
         run_emit(scripted_recipe(tmp_path, views=["sft", "grpo"]))
