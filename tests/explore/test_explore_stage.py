@@ -11,7 +11,7 @@ from pathlib import Path
 
 import datasets
 import pytest
-from conftest import demo_explore_recipe
+from explore_helpers import demo_explore_recipe
 from launch_helpers import kill_tree, launch, run_to_end
 
 from rsgen.explore.stage import CORRECT, WRONG, is_paired, read_questions, verdict
