@@ -29,20 +29,26 @@ class Interrupted(BaseException):
 
 _deferring = 0
 _pending: int | None = None
+_raised = False
 
 
 def _handler(signum, frame) -> None:
-    global _pending
+    global _pending, _raised
+    if _raised:
+        # Once only: under a launcher a process gets SIGTERM twice (from Slurm, then forwarded by torchrun), and
+        # the second must not cut the flush the first one started. SIGKILL still ends it.
+        return
     if _deferring:
         _pending = signum
         return
+    _raised = True
     raise Interrupted(signum)
 
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
     """Run the block whole: a SIGTERM/SIGINT that arrives inside it is raised when it ends."""
-    global _deferring, _pending
+    global _deferring, _pending, _raised
     _deferring += 1
     try:
         yield
@@ -50,6 +56,7 @@ def deferred() -> Iterator[None]:
         _deferring -= 1
         if not _deferring and _pending is not None:
             signum, _pending = _pending, None
+            _raised = True
             raise Interrupted(signum)
 
 
@@ -59,6 +66,8 @@ def interruptible() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is _handler:
         yield
         return
+    global _raised
+    _raised = False
     previous = {signum: signal.signal(signum, _handler) for signum in SIGNALS}
     try:
         yield

@@ -119,6 +119,10 @@ class PartWriter:
             self.add(r)
 
     def flush(self) -> None:
+        with deferred():  # a SIGTERM now takes effect once the part is complete
+            self._flush()
+
+    def _flush(self) -> None:
         self.last_flush = time.monotonic()
         if not self.buffer:
             return
@@ -130,18 +134,17 @@ class PartWriter:
         # Time first so parts sort in write order; uuid so two restarts within one ns never collide.
         name = f"{time.time_ns():020d}-rank{self.rank:05d}-{uuid.uuid4().hex[:8]}{_CRC_TAG}{zlib.crc32(data):08x}"
         tmp = self.directory / f".{name}.tmp"
-        with deferred():  # a SIGTERM now takes effect once the part is complete
-            try:
-                with open(tmp, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, self.directory / (name + PART_SUFFIX))
-            except BaseException:
-                tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
-                raise
-            fsync_path(self.directory)  # the rename itself survives a crash
-            self.buffer = []
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.directory / (name + PART_SUFFIX))
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
+            raise
+        fsync_path(self.directory)  # the rename itself survives a crash
+        self.buffer = []
 
     def close(self) -> None:
         self.flush()
