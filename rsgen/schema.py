@@ -179,6 +179,9 @@ GENERATE_RECORD_FIELDS = (
     "model",
     "revision",
 )
+# Explore records (OUTPUT_DIR/work/explore/): a generate record of a sampled response (key "{id}#{sample}",
+# sample >= 1; sample 0 is the greedy answer in work/generate/), plus the round that drew it.
+EXPLORE_RECORD_FIELDS = (*GENERATE_RECORD_FIELDS, "round")
 JUDGE_RECORD_FIELDS = (
     "key",  # "{id}" for a rejected pair, "calibration:{id}" for a calibration pair
     "id",

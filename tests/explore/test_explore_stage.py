@@ -16,7 +16,7 @@ from launch_helpers import kill_tree, launch, run_to_end
 
 from rsgen.explore.stage import CORRECT, WRONG, is_paired, read_questions, verdict
 from rsgen.layout import OutputLayout
-from rsgen.schema import open_prepared
+from rsgen.schema import EXPLORE_RECORD_FIELDS, open_prepared
 from rsgen.store import CheckpointStore, distributed_state
 from rsgen.verify import verify_response
 
@@ -36,7 +36,7 @@ def test_samples_follow_the_rounds_and_the_paired_stop(explored_run):
     greedy, explored = records(out, "generate"), records(out)
     by_question: dict[str, dict[int, dict]] = {q: {} for q in questions}
     for rec in explored.values():
-        assert rec["key"] == f"{rec['id']}#{rec['sample']}"
+        assert rec["key"] == f"{rec['id']}#{rec['sample']}" and sorted(rec) == sorted(EXPLORE_RECORD_FIELDS)
         by_question[rec["id"]][rec["sample"]] = rec
         q = questions[rec["id"]]
         decision = verify_response(recipe.verifier_for(q.family), rec["response"], list(q.answers),
