@@ -5,8 +5,8 @@
     python bench/bench_explore.py --device cuda          # the same on a GPU
 
 1. Shared prompt vs separate requests: every question of `--num-images` demo images gets `--samples` sampled
-   responses, once as one request per question with `sample_keys` (one image decode and processor call, expanded
-   by `num_return_sequences`) and once as `--samples` separate requests (keys `{id}#{s}`). Sampling is keyed per
+   responses, once as one request per question with `sample_keys` (one image decode, processor call, image
+   encoding and prefill; the cache repeated per sample) and once as `--samples` separate requests (keys `{id}#{s}`). Sampling is keyed per
    response, so both must give the same texts (checked). Printed: sampled responses per second of each, the
    ratio, and the share of wall time inside `model.generate`.
 2. Paired stopping vs drawing all N: prepare + generate the demo pool once (judge off: the verifier alone decides),

@@ -9,8 +9,7 @@ whatever the batch, its order, the process count, a restart or an out-of-memory 
 
 `RowSeededSampler` is a `transformers` LogitsProcessor. It applies temperature and top-p (the library's own
 warpers, which treat rows independently), adds the noise and leaves a single finite logit per row — the sample —
-so whatever selection `generate` runs after it (greedy argmax, or multinomial over one token when
-`num_return_sequences` requires `do_sample`) picks exactly that token.
+so the greedy selection `generate` runs after it picks exactly that token.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ How it keeps a GPU busy:
 - Left padding, so batched greedy output is the output each request would get alone.
 - Sampling (temperature > 0) is reproducible per request: every row draws from its own random stream, fixed
   by (seed, its key) (`rsgen.engine.sampling`), so a response never depends on its batch or on a restart.
-  A request with several `sample_keys` is encoded once and expanded with `num_return_sequences`.
+  A request with several `sample_keys` is encoded and prefilled once; its cache is repeated per sample.
 - On CUDA out-of-memory the batch is split in half and retried, and the budget is lowered for what follows.
 
 Decoding is defined by the engine's arguments alone (greedy unless temperature > 0): sampling and penalty
@@ -199,18 +199,13 @@ class TransformersEngine:
         return [eos] if isinstance(eos, int) else list(eos)
 
     def _generation_config(self) -> GenerationConfig:
-        sample = self.temperature > 0
         # Every logits-shaping field is set explicitly: generate() fills unset (None) fields from the model's own
         # generation_config, which may carry a repetition penalty or top_k that the recipe did not ask for.
-        # Sampling-only fields stay unset under greedy decoding, where they do nothing (and setting them warns).
-        # Under sampling, temperature and top-p are applied by the row-seeded sampler (`_generate_batch`), which
-        # leaves one finite logit per row: generate's own sampling step then has nothing left to choose
-        # (do_sample stays on because `num_return_sequences` requires it).
-        sampling = dict(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, typical_p=1.0)
+        # Selection is always greedy: with temperature > 0 the row-seeded sampler (`_generate_batch`) applies
+        # temperature and top-p, draws the token and leaves only it finite, so argmax picks the sample.
         return GenerationConfig(
             max_new_tokens=self.max_new_tokens,
-            do_sample=sample,
-            **(sampling if sample else {}),
+            do_sample=False,
             repetition_penalty=1.0,
             no_repeat_ngram_size=0,
             num_beams=1,
@@ -295,7 +290,7 @@ class TransformersEngine:
 
     def _cut_batches(self, window: list[_Measured]) -> list[list[_Measured]]:
         """Longest first; text-only and image requests never share a batch (processors want one or the other),
-        nor do requests drawing different numbers of samples (`num_return_sequences` is one per batch).
+        nor do requests drawing different numbers of samples (one cache repetition per batch).
         Rows (responses), not requests, count against the budget and `max_batch_size`."""
         window = sorted(window, key=lambda m: (m.num_images > 0, m.rows, -m.length))
         batches: list[list[_Measured]] = []
@@ -446,8 +441,34 @@ class TransformersEngine:
 
     @staticmethod
     def _row_keys(items: list[_Measured]) -> list[tuple[_Measured, str | None]]:
-        """(item, sample key) per output row, in the order `num_return_sequences` expands the batch."""
+        """(item, sample key) per output row: a request's samples are consecutive rows (`_generate_shared`)."""
         return [(m, k) for m in items for k in (m.request.sample_keys or (None,))]
+
+    def _generate_shared(self, inputs, samples: int, extra: dict[str, Any]) -> torch.Tensor:
+        """`samples` responses per prompt, the prompt's image encoding and prefill computed once.
+
+        The prompts minus their last token are prefilled by `generate` itself (one step, so every architecture
+        computes its own positions, M-RoPE included); the cache is then repeated per sample, and generation
+        continues from the full prompts, each row with its own seed. Per-row state a model keeps from its prefill
+        (Qwen-VL's `rope_deltas`) is repeated with it. Equal to separate requests (tested on five architectures).
+        """
+        ids = inputs["input_ids"]
+        rows, length = ids.shape
+        # Per-token inputs (ids, masks, token types) lose their last position; images and their grids stay whole.
+        per_token = {k for k, v in inputs.items() if torch.is_tensor(v) and v.dim() == 2 and tuple(v.shape) == (rows, length)}
+        prefix = {k: (v[:, :-1] if k in per_token else v) for k, v in inputs.items()}
+        prefill = copy.deepcopy(self.generation_config)
+        prefill.max_new_tokens, prefill.return_dict_in_generate = 1, True
+        out = self.model.generate(**prefix, generation_config=prefill)
+        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        cache.batch_repeat_interleave(samples)
+        for module in self.model.modules():
+            state = getattr(module, "rope_deltas", None)
+            if torch.is_tensor(state) and state.shape[0] == rows:
+                module.rope_deltas = state.repeat_interleave(samples, dim=0)
+        expanded = {k: inputs[k].repeat_interleave(samples, dim=0) for k in per_token}
+        return self.model.generate(**expanded, cache=cache, generation_config=self.generation_config,
+                                   **extra)
 
     def _generate_batch(self, encoded: _Encoded) -> list[tuple[ChatRequest, GenerationResult]]:
         device = getattr(self.model, "device", torch.device("cpu"))
@@ -459,22 +480,24 @@ class TransformersEngine:
         else:
             inputs = encoded.inputs.to(device)
         row_keys = self._row_keys(encoded.items)
-        generation_config, extra = self.generation_config, {}
-        if generation_config.do_sample:
+        samples = encoded.items[0].rows
+        extra: dict[str, Any] = {}
+        if self.temperature > 0:
             # Each row's stream is fixed by (seed, its key): the response does not depend on the batch.
             seeds = [row_seed(self.seed, key if key is not None else m.request.key) for m, key in row_keys]
             extra["logits_processor"] = [
                 RowSeededSampler(seeds, encoded.padded_length, self.temperature, self.top_p)
             ]
-            generation_config = copy.deepcopy(generation_config)
-            generation_config.num_return_sequences = encoded.items[0].rows
         start = time.perf_counter()
         with torch.inference_mode():
-            output = self.model.generate(**inputs, generation_config=generation_config, **extra)
+            if samples > 1:
+                output = self._generate_shared(inputs, samples, extra)
+            else:
+                output = self.model.generate(**inputs, generation_config=self.generation_config, **extra)
         new_tokens = output[:, encoded.padded_length :].cpu()
         self.stats.generate_seconds += time.perf_counter() - start
 
-        prompt_lengths = inputs["attention_mask"].sum(dim=1).repeat_interleave(encoded.items[0].rows).tolist()
+        prompt_lengths = inputs["attention_mask"].sum(dim=1).repeat_interleave(samples).tolist()
         is_eos = torch.isin(new_tokens, torch.tensor(self.eos_token_ids))
         has_eos = is_eos.any(dim=1).tolist()
         first_eos = is_eos.int().argmax(dim=1).tolist()

@@ -7,8 +7,8 @@ responses per question at `explore_temperature` / `explore_top_p`, in rounds ove
 
 - Round r draws samples 2**r .. 2**(r+1) - 1 (sample 0 is the greedy answer in work/generate/; samples 1..N
   are here, in work/explore/, one record per sample with the generate record's fields plus `round`). The
-  samples of one question in a round are one request: its image is encoded and its prompt prepared once, and
-  `num_return_sequences` expands it (`ChatRequest.sample_keys`).
+  samples of one question in a round are one request (`ChatRequest.sample_keys`): its image is encoded and its
+  prompt prefilled once, and the cache is repeated per sample.
 - `explore_stop: paired` closes a question once its responses so far hold a verified-correct one (the verifier
   matched) and a verified-wrong one (an extractable answer the verifier rejected, and with the judge on a
   decisive mismatch — others wait for the judge, which grades explore samples after this stage). `never`

@@ -11,6 +11,7 @@ from rsgen.engine import ChatRequest
 from rsgen.engine.models import load_model_and_processor
 from rsgen.engine.sampling import RowSeededSampler, row_seed, uniform_noise
 from rsgen.engine.transformers_engine import TransformersEngine
+from rsgen.testing.zoo import ZOO_ARCHS
 
 # ---------------------------------------------------------------- the sampler alone
 
@@ -93,16 +94,19 @@ def test_a_response_depends_on_its_key_not_its_batch(vlm):
 
 
 @pytest.mark.slow
-def test_shared_prompt_samples_equal_separate_requests(vlm):
-    """A request with sample keys (one encoding, `num_return_sequences`) gives each key the response a separate
-    request with that key gets."""
-    base = image_requests(3, seed=9)
+@pytest.mark.parametrize("arch", ZOO_ARCHS)
+def test_shared_prompt_samples_equal_separate_requests(arch, zoo_model_path):
+    """A request with sample keys (encoded and prefilled once, the cache repeated per sample) gives each key the
+    response a separate request with that key gets — on every architecture (M-RoPE models included) and with
+    left padding (prompts of different lengths in one batch)."""
+    vlm = load_model_and_processor(zoo_model_path(arch))
+    base = image_requests(4, seed=9)
     shared = [ChatRequest(r.key, r.messages, r.images, sample_keys=tuple(f"{r.key}#{s}" for s in range(1, 4)))
               for r in base]
     separate = [ChatRequest(f"{r.key}#{s}", r.messages, r.images) for r in base for s in range(1, 4)]
     got = sample(vlm, shared)
     assert got == sample(vlm, separate)
-    assert len(got) == 9 and len(set(got.values())) > 3
+    assert len(got) == 12 and len(set(got.values())) > 4
 
 
 @pytest.mark.slow
