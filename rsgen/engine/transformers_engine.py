@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import inspect
 import io
 import itertools
 import logging
@@ -467,8 +468,9 @@ class TransformersEngine:
             if torch.is_tensor(state) and state.shape[0] == rows:
                 module.rope_deltas = state.repeat_interleave(samples, dim=0)
         expanded = {k: inputs[k].repeat_interleave(samples, dim=0) for k in per_token}
-        return self.model.generate(**expanded, cache=cache, generation_config=self.generation_config,
-                                   **extra)
+        # transformers renamed `past_key_values` to `cache` (5.2x); older releases know only the old name.
+        name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        return self.model.generate(**expanded, **{name: cache}, generation_config=self.generation_config, **extra)
 
     def _generate_batch(self, encoded: _Encoded) -> list[tuple[ChatRequest, GenerationResult]]:
         device = getattr(self.model, "device", torch.device("cpu"))
