@@ -28,9 +28,10 @@ BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
 
 
-def write_recipe(tmp: Path, model: str, name: str, **overrides) -> Path:
+def write_recipe(tmp: Path, model: str, name: str, source: dict | None = None, **overrides) -> Path:
     """A small demo pool the shipped model gets partly right; the leniency gate is off so the judge's promotions
-    reach the accepted splits (with the gate on, these few questions measure too little to trust the judge)."""
+    reach the accepted splits (with the gate on, these few questions measure too little to trust the judge).
+    `source` overrides keys of the pool's source."""
     recipe = {
         "model_name_or_path": model,
         "output_dir": str(tmp / name),
@@ -42,6 +43,7 @@ def write_recipe(tmp: Path, model: str, name: str, **overrides) -> Path:
                 "family_column": "family",
                 "options_column": "options",
                 "source_id_column": "source_id",
+                **(source or {}),
             }
         ],
         "max_new_tokens": 96,  # the demo model's reasoning trace fits
@@ -170,18 +172,34 @@ def read_progress(proc: subprocess.Popen, output: list[str]) -> None:
         output.append(chunk)
 
 
+# The SIGTERM tests need a generate stage that lasts well past the progress bar's first update (after 1 s) on any
+# machine, idle CI included: a larger pool than the other tests', answered one row per batch when interrupted. The
+# reference and the rerun use wide batches and rare checkpoints (neither is pinned: they change speed, not answers).
+SIGTERM_POOL = {"demo_num_images": 80}
+FAST = {"token_budget": 16384, "checkpoint_every_items": 256}
+
+
+@pytest.fixture(scope="module")
+def sigterm_reference(reference):
+    tmp, model, _ = reference
+    recipe = write_recipe(tmp, model, "sigterm_reference", source=SIGTERM_POOL, **FAST)
+    finish(rsgen_run(recipe))
+    return tmp, model, dataset_rows(tmp / "sigterm_reference")
+
+
 @pytest.mark.parametrize("processes", [1, 2])
-def test_sigterm_mid_generate_flushes_every_record_and_rerun_is_clean(reference, processes):
+def test_sigterm_mid_generate_flushes_every_record_and_rerun_is_clean(sigterm_reference, processes):
     """SIGTERM to every process of the run (what `scancel` does; under accelerate the workers then get it a second
     time from the launcher)."""
-    tmp, model, rows = reference
+    tmp, model, rows = sigterm_reference
     name = f"sigterm{processes}"
     # Checkpoints that never flush on their own: whatever is on disk afterwards was flushed by the SIGTERM. One row
-    # per batch (batching changes speed, not answers): generation lasts well past the progress bar's first update.
-    recipe = write_recipe(tmp, model, name, checkpoint_every_items=10**9, checkpoint_every_seconds=10**9,
-                          max_batch_size=1)
+    # per batch (batching changes speed, not answers).
+    recipe = write_recipe(tmp, model, name, source=SIGTERM_POOL, checkpoint_every_items=10**9,
+                          checkpoint_every_seconds=10**9, max_batch_size=1)
     work = tmp / name / "work" / "generate"
-    items = sum(len(p.read_text().splitlines()) for p in (tmp / "reference" / "work" / "generate").glob("*.jsonl"))
+    reference_work = tmp / "sigterm_reference" / "work" / "generate"
+    items = sum(len(p.read_text().splitlines()) for p in reference_work.glob("*.jsonl"))
     proc = rsgen_run(recipe, processes)
     output: list[str] = []
     reader = threading.Thread(target=read_progress, args=(proc, output), daemon=True)
@@ -207,7 +225,7 @@ def test_sigterm_mid_generate_flushes_every_record_and_rerun_is_clean(reference,
     assert {p.name.split("-rank")[1][:5] for p in parts} == {f"{rank:05d}" for rank in range(processes)}
     assert seconds < 60
     assert not (tmp / name / "rsgen.lock").exists()
-    finish(rsgen_run(recipe))
+    finish(rsgen_run(write_recipe(tmp, model, name, source=SIGTERM_POOL, **FAST)))
     assert dataset_rows(tmp / name) == rows
 
 
