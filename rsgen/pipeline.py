@@ -58,6 +58,8 @@ def stage_work(layout: OutputLayout) -> dict[str, Any]:
         "explore": nonempty(layout.explore_work),
         "judge": nonempty(layout.judge_work),
     }
+
+
 PACKAGES = ("rsgen", "torch", "transformers", "accelerate", "datasets", "trl", "evaluate", "math-verify", "huggingface_hub")
 
 
