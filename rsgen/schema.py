@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -129,6 +130,29 @@ def load_prepared(output_dir: str | os.PathLike):
     tables = list(pool.batches(batch_size=max(1, pool.num_rows)))
     table = pa.concat_tables(tables) if tables else PREPARED_FEATURES.arrow_schema.empty_table()
     return datasets.Dataset(table, info=datasets.DatasetInfo(features=PREPARED_FEATURES))
+
+
+@dataclass(frozen=True)
+class PreparedQuestion:
+    """One QA pair of the prepared pool, as the stages that ask the model need it (no image: `row` locates it)."""
+
+    id: str
+    row: int  # row of the prepared pool (one image)
+    family: str
+    question: str  # byte-identical to the user text the model receives
+    answers: tuple[str, ...]
+    options: tuple[str, ...]
+
+
+def iter_questions(prepared: PreparedPool) -> Iterator[PreparedQuestion]:
+    """Every QA pair of the prepared pool, in the pool's stable order (texts only, read in Arrow batches)."""
+    row = 0
+    for table in prepared.batches(["family", "qa"]):
+        for family, qas in zip(table.column("family").to_pylist(), table.column("qa").to_pylist()):
+            for qa in qas:
+                yield PreparedQuestion(qa["id"], row, family, qa["question"], tuple(qa["answers"]),
+                                       tuple(qa["options"] or ()))
+            row += 1
 
 
 def user_turn(question: str) -> list[dict]:

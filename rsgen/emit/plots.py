@@ -39,12 +39,7 @@ def draw_stats_plot(stats: dict[str, Any], path: Path) -> Path:
     if names:
         ax_len.legend(fontsize=8)
 
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # No metadata: the PNG must be the same bytes on every render of the same stats.
-    fig.savefig(path, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def draw_pass_rate_plot(stats: dict[str, Any], path: Path) -> Path:
@@ -68,8 +63,15 @@ def draw_pass_rate_plot(stats: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel("questions (%)")
     ax.set_title("Pass rate per question (learnable zone: between 0 and 1)")
     ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
+    # No metadata: the PNG must be the same bytes on every render of the same stats.
     fig.savefig(path, format="png", metadata={"Software": None})
     plt.close(fig)
     return path

@@ -30,28 +30,17 @@ import os
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from rsgen import routing
 from rsgen.config import RecipeConfig, RecipeError
 from rsgen.engine import ChatRequest, build_engine
 from rsgen.layout import OutputLayout
-from rsgen.schema import PreparedPool, open_prepared, user_turn
+from rsgen.schema import PreparedPool, PreparedQuestion, iter_questions, open_prepared, user_turn
 from rsgen.store import CheckpointStore, distributed_state, run_keyed_work
 from rsgen.verify import verify_response
 
 CORRECT, WRONG = "correct", "wrong"
-
-
-@dataclass(frozen=True)
-class Question:
-    id: str
-    row: int  # row of the prepared pool (one image)
-    family: str
-    question: str
-    answers: tuple[str, ...]
-    options: tuple[str, ...]
 
 
 def sample_key(qa_id: str, sample: int) -> str:
@@ -67,20 +56,7 @@ def number_of_rounds(explore_samples: int) -> int:
     return explore_samples.bit_length()
 
 
-def read_questions(prepared: PreparedPool) -> list[Question]:
-    """Every QA pair of the prepared pool, in the pool's order (texts only, no images)."""
-    questions: list[Question] = []
-    row = 0
-    for table in prepared.batches(["family", "qa"]):
-        for family, qas in zip(table.column("family").to_pylist(), table.column("qa").to_pylist()):
-            for qa in qas:
-                questions.append(Question(qa["id"], row, family, qa["question"], tuple(qa["answers"]),
-                                          tuple(qa["options"] or ())))
-            row += 1
-    return questions
-
-
-def verdict(record: dict[str, Any], question: Question, recipe: RecipeConfig) -> str | None:
+def verdict(record: dict[str, Any], question: PreparedQuestion, recipe: RecipeConfig) -> str | None:
     """What a response counts as while sampling: CORRECT (the verifier matched), WRONG (an extractable answer the
     verifier rejected: final with the judge off, or when the mismatch is decisive and does not go to the judge),
     None (nothing extractable, or the judge has yet to grade it)."""
@@ -105,7 +81,7 @@ class ExploreRound:
     unit = "sample"
 
     def __init__(self, recipe: RecipeConfig, prepared: PreparedPool, round_index: int, keys: list[str],
-                 questions: dict[str, Question]):
+                 questions: dict[str, PreparedQuestion]):
         self.recipe = recipe
         self.prepared = prepared
         self.round_index = round_index
@@ -141,7 +117,7 @@ class ExploreRound:
                 yield ChatRequest(qa_id, user_turn(q.question), [data], meta=q, sample_keys=tuple(by_question[qa_id]))
 
     def record(self, request: ChatRequest, result) -> dict[str, Any]:
-        q: Question = request.meta
+        q: PreparedQuestion = request.meta
         recipe = self.recipe
         verifier = recipe.verifier_for(q.family)
         decision = verify_response(verifier, result.text, list(q.answers), options=list(q.options) or None,
@@ -186,7 +162,7 @@ def run_explore(recipe: RecipeConfig, state=None) -> dict[str, Any] | None:
         return None
     layout = OutputLayout(recipe.output_dir)
     prepared = open_prepared(recipe.output_dir)
-    questions = read_questions(prepared)
+    questions = list(iter_questions(prepared))
     by_id = {q.id: q for q in questions}
     greedy = CheckpointStore(layout.generate_work).records()
     missing = [q.id for q in questions if q.id not in greedy]
@@ -233,7 +209,7 @@ def run_explore(recipe: RecipeConfig, state=None) -> dict[str, Any] | None:
     return result
 
 
-def pass_rates(questions: list[Question], greedy: dict[str, dict], explored: dict[str, dict],
+def pass_rates(questions: list[PreparedQuestion], greedy: dict[str, dict], explored: dict[str, dict],
                recipe: RecipeConfig) -> list[dict[str, Any]]:
     """Per question: samples drawn (greedy included), verifier-accepted ones, pass rate, pair found."""
     by_question: dict[str, list[dict]] = defaultdict(list)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from rsgen.config import RecipeConfig, RecipeError
 from rsgen.engine import ChatRequest, build_engine
 from rsgen.layout import OutputLayout
-from rsgen.schema import PreparedPool, open_prepared, user_turn
+from rsgen.schema import PreparedPool, PreparedQuestion, iter_questions, open_prepared, user_turn
 from rsgen.store import CheckpointStore, KeyedWorkSummary, distributed_state, run_keyed_work
 from rsgen.verify import verify_response
 
@@ -26,44 +26,29 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class WorkItem:
+class WorkItem(PreparedQuestion):
+    """A QA pair to answer, and which of its samples (`num_samples > 1`)."""
+
     key: str
-    id: str
     sample: int
-    row: int  # row of the prepared pool (one image)
-    family: str
-    question: str
-    answers: tuple[str, ...]
-    options: tuple[str, ...]
 
 
 def sample_key(qa_id: str, sample: int, num_samples: int) -> str:
     return qa_id if num_samples == 1 else f"{qa_id}#{sample}"
 
 
-def _rows(prepared: PreparedPool, columns: list[str], batch_size: int = 1024) -> Iterator[tuple[int, dict]]:
-    """(row index, row) over some columns, read in Arrow batches (much faster than row by row)."""
-    index = 0
-    for table in prepared.batches(columns, batch_size):
-        for row in table.to_pylist():
-            yield index, row
-            index += 1
-
-
 def ordered_keys(prepared: PreparedPool, num_samples: int) -> list[str]:
     """Every work key of the prepared pool (each QA pair, each sample), in the pool's stable order."""
     keys: list[str] = []
     seen: dict[str, int] = {}
-    for row_index, row in _rows(prepared, ["qa"]):
-        for qa in row["qa"]:
-            qa_id = qa["id"]
-            if qa_id in seen:
-                raise RecipeError(
-                    f"prepared pool has QA id {qa_id!r} twice (rows {seen[qa_id]} and {row_index}); "
-                    "ids must be unique: rerun `rsgen prepare` into a fresh output_dir"
-                )
-            seen[qa_id] = row_index
-            keys.extend(sample_key(qa_id, sample, num_samples) for sample in range(num_samples))
+    for q in iter_questions(prepared):
+        if q.id in seen:
+            raise RecipeError(
+                f"prepared pool has QA id {q.id!r} twice (rows {seen[q.id]} and {q.row}); "
+                "ids must be unique: rerun `rsgen prepare` into a fresh output_dir"
+            )
+        seen[q.id] = q.row
+        keys.extend(sample_key(q.id, sample, num_samples) for sample in range(num_samples))
     return keys
 
 
@@ -71,23 +56,11 @@ def work_items(prepared: PreparedPool, num_samples: int, wanted: set[str]) -> li
     """The items of the `wanted` keys, in the pool's order (only these are kept in memory: a rank needs the
     question and answers of its own pending items, not of the whole pool)."""
     items: list[WorkItem] = []
-    for row_index, row in _rows(prepared, ["family", "qa"]):
-        for qa in row["qa"]:
-            for sample in range(num_samples):
-                key = sample_key(qa["id"], sample, num_samples)
-                if key in wanted:
-                    items.append(
-                        WorkItem(
-                            key=key,
-                            id=qa["id"],
-                            sample=sample,
-                            row=row_index,
-                            family=row["family"],
-                            question=qa["question"],
-                            answers=tuple(qa["answers"]),
-                            options=tuple(qa["options"] or ()),
-                        )
-                    )
+    for q in iter_questions(prepared):
+        for sample in range(num_samples):
+            key = sample_key(q.id, sample, num_samples)
+            if key in wanted:
+                items.append(WorkItem(**vars(q), key=key, sample=sample))
     return items
 
 

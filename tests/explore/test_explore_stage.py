@@ -14,9 +14,9 @@ import pytest
 from explore_helpers import demo_explore_recipe
 from launch_helpers import kill_tree, launch, run_to_end
 
-from rsgen.explore.stage import CORRECT, WRONG, is_paired, read_questions, verdict
+from rsgen.explore.stage import CORRECT, WRONG, is_paired, verdict
 from rsgen.layout import OutputLayout
-from rsgen.schema import EXPLORE_RECORD_FIELDS, open_prepared
+from rsgen.schema import EXPLORE_RECORD_FIELDS, iter_questions, open_prepared
 from rsgen.store import CheckpointStore, distributed_state
 from rsgen.verify import verify_response
 
@@ -26,7 +26,7 @@ def records(output_dir: Path, stage: str = "explore") -> dict[str, dict]:
 
 
 def questions_of(output_dir: Path):
-    return {q.id: q for q in read_questions(open_prepared(output_dir))}
+    return {q.id: q for q in iter_questions(open_prepared(output_dir))}
 
 
 @pytest.mark.slow
