@@ -115,6 +115,14 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+class _MessageFormatter(logging.Formatter):
+    """`[logger] message`, with the level named only for warnings and errors (they must stand out in a long log)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = f"{record.levelname}: " if record.levelno >= logging.WARNING else ""
+        return f"[{record.name}] {level}{super().format(record)}"
+
+
 def setup_logging(level: str, is_main: bool) -> None:
     """rsgen's messages at `level` on the main process, warnings only elsewhere. transformers and datasets log at
     warning (or `level` when higher); processes other than the main one draw no progress bars."""
@@ -123,7 +131,9 @@ def setup_logging(level: str, is_main: bool) -> None:
     import transformers
 
     value = getattr(logging, level.upper()) if is_main else logging.WARNING
-    logging.basicConfig(format="[%(name)s] %(message)s")  # a no-op where the root logger has handlers already
+    handler = logging.StreamHandler()
+    handler.setFormatter(_MessageFormatter())
+    logging.basicConfig(handlers=[handler])  # a no-op where the root logger has handlers already
     logger = logging.getLogger("rsgen")
     logger.setLevel(value)
     libraries = max(value, logging.WARNING)

@@ -224,7 +224,7 @@ def run_emit(recipe: RecipeConfig) -> Path:
         for plan in families.values()
     }
     for warning in gate_warnings(stats_families, recipe.judge_min_specificity):
-        _log("WARNING: " + warning)
+        logger.warning(warning)
     stats = build_stats(recipe, stats_families, _read_json(layout.run_json), report, outside)
 
     write_card(stats, partial)

@@ -26,6 +26,7 @@ rates with the judge's verdicts (a judge promotion counts as correct there).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections import Counter, defaultdict
@@ -148,9 +149,12 @@ class ExploreRound:
         return {"round": str(self.round_index), "correct": f"{self.correct / max(self.drawn, 1):.1%}"}
 
 
+logger = logging.getLogger(__name__)
+
+
 def _log(state, message: str) -> None:
     if state.is_main_process:
-        print(f"[rsgen explore] {message}", flush=True)
+        logger.info(message)
 
 
 def run_explore(recipe: RecipeConfig, state=None) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ text already produced.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -53,9 +54,12 @@ class JudgeItem:
     miss: str | None = None  # known_wrong: how the wrong candidate was made (rsgen.judge.calibration.MISSES)
 
 
-def _log(state, message: str) -> None:
+logger = logging.getLogger(__name__)
+
+
+def _log(state, message: str, level: int = logging.INFO) -> None:
     if state is None or state.is_main_process:
-        print(f"[rsgen judge] {message}", flush=True)
+        logger.log(level, message)
 
 
 def calibration_sample(keys: Iterable[str], size: int, seed: int) -> list[str]:
@@ -234,7 +238,7 @@ def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
     result = judge_summary(recipe.output_dir)
     _log(state, format_summary(result))
     for warning in gate_warnings(result, recipe.judge_min_specificity):
-        _log(state, "WARNING: " + warning)
+        _log(state, warning, logging.WARNING)
     if summary.done_now:
         _log(state, f"this run (rank {state.process_index}): {summary.done_now} pairs in {summary.seconds:.1f} s "
                     f"({summary.done_now / max(summary.seconds, 1e-9):.2f} pairs/s)")

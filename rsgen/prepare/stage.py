@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import logging
 import os
 import shutil
 import time
@@ -40,6 +41,8 @@ from rsgen.prepare.sources import RawRow, describe_source, iter_raw_rows, source
 from rsgen.prepare.writer import ExternalSorter
 from rsgen.schema import POLICY_VERSION, PREPARED_FEATURES, PREPARED_SHARD_PREFIX
 from rsgen.shards import ParquetShardWriter, swap_dir_into_place
+
+logger = logging.getLogger(__name__)
 
 UNKNOWN_FAMILY = "(unknown)"
 BATCH_IMAGES = 64  # images per batch handed to the workers
@@ -307,7 +310,7 @@ def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
     if not force:
         finished = _finished_report(layout, fingerprint)
         if finished is not None:
-            print(f"prepare: {layout.prepared} is finished for this recipe; reusing it", flush=True)
+            logger.info("prepare: %s is finished for this recipe; reusing it", layout.prepared)
             return finished
     rules = [SourceRules.from_source(s, recipe.instruction, source_where(i)) for i, s in enumerate(recipe.sources)]
     start = time.perf_counter()
@@ -338,14 +341,13 @@ def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
         # The report stays in prepared.partial/ (never swapped in, so it is not mistaken for a finished pool).
         raise RecipeError(empty_pool_message(out, partial / REPORT_NAME))
     swap_dir_into_place(partial, layout.prepared)
-    print(
+    logger.info(
         f"prepare: {writer.rows} images, {out['kept_qa_pairs']} of {out['input_qa_pairs']} QA pairs kept "
-        f"({out['dropped_qa_pairs']} dropped, {out['merged_qa_pairs']} merged) in {elapsed:.1f} s -> {layout.prepared}",
-        flush=True,
+        f"({out['dropped_qa_pairs']} dropped, {out['merged_qa_pairs']} merged) in {elapsed:.1f} s -> {layout.prepared}"
     )
     if out["dropped"]:
-        print("prepare: most dropped: " + ", ".join(f"{r} {n}" for r, n in _top_reasons(out, 5))
-              + f" (examples in {layout.prepare_report})", flush=True)
+        logger.info("prepare: most dropped: " + ", ".join(f"{r} {n}" for r, n in _top_reasons(out, 5))
+                    + f" (examples in {layout.prepare_report})")
     return out
 
 

@@ -34,7 +34,7 @@ def demo_run(tmp_path_factory):
 
 def test_prints_the_table_and_where_the_dataset_and_card_are(demo_run):
     output_dir, stdout = demo_run
-    assert "accept rate" in stdout and "calibration" in stdout
+    assert "accept rate" in stdout and "agreed" in stdout and "known-wrong rejected" in stdout  # both calibration sides
     assert f"dataset: {output_dir / 'dataset'}" in stdout
     assert f"card:    {output_dir / 'dataset' / 'README.md'}" in stdout
     assert "This is a demo dataset" in (output_dir / "dataset" / "README.md").read_text()

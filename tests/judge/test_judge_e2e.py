@@ -4,6 +4,7 @@ generation loader, real batched generation, strict parsing, checkpoints, and SIG
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -38,7 +39,8 @@ def pairs(n_rejected: int, n_accepted: int) -> list[Pair]:
     return out
 
 
-def test_end_to_end_with_a_tiny_model(tmp_path, tiny_model, capsys):
+def test_end_to_end_with_a_tiny_model(tmp_path, tiny_model, caplog):
+    caplog.set_level(logging.INFO, logger="rsgen")
     write_output_dir(tmp_path, pairs(6, 5))
     recipe = make_recipe(tmp_path, model_name_or_path=tiny_model, judge_max_new_tokens=8,
                          judge_calibration_size=3, enable_thinking=True)
@@ -66,7 +68,7 @@ def test_end_to_end_with_a_tiny_model(tmp_path, tiny_model, capsys):
         assert rec["prompt_tokens"] == len(processor.tokenizer(text, add_special_tokens=False)["input_ids"])
     summary = judge_summary(tmp_path)
     assert summary["judged"] == 6 and summary["calibration_total"] == 3 and summary["known_wrong_total"] == 3
-    assert f"agreed on {summary['calibration_agreed']}/3" in capsys.readouterr().out
+    assert f"agreed on {summary['calibration_agreed']}/3" in caplog.text
 
 
 def _write_recipe(root, model, **extra) -> str:
@@ -82,7 +84,8 @@ def _all_lines(store: CheckpointStore) -> list[dict]:
     return [json.loads(line) for part in store.parts() for line in part.read_text().splitlines()]
 
 
-def test_sigkill_and_restart_loses_and_duplicates_nothing(tmp_path, tiny_model, capsys):
+def test_sigkill_and_restart_loses_and_duplicates_nothing(tmp_path, tiny_model, caplog):
+    caplog.set_level(logging.INFO, logger="rsgen")
     killed, clean = tmp_path / "killed", tmp_path / "clean"
     for root in (killed, clean):
         root.mkdir()
@@ -105,7 +108,7 @@ def test_sigkill_and_restart_loses_and_duplicates_nothing(tmp_path, tiny_model, 
     # Restart (in this process, to save a second interpreter start-up).
     recipe = make_recipe(killed, model_name_or_path=tiny_model, judge_max_new_tokens=12, judge_calibration_size=4)
     run_judge(recipe, distributed_state())
-    assert f"{len(done_before)} already done" in capsys.readouterr().out
+    assert f"{len(done_before)} already done" in caplog.text
     lines = _all_lines(store)
     assert len(lines) == len({rec["key"] for rec in lines}) == expected  # nothing lost, nothing twice
 

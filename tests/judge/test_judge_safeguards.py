@@ -5,6 +5,7 @@ everything is gated in every family (stats, card and log say so), and a discrimi
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from judge_helpers import FakeState, Pair, make_recipe, write_output_dir
@@ -84,9 +85,10 @@ def test_decisive_mismatches_never_reach_the_judge(tmp_path, scope):
     assert stats["judge_scope"] == scope
 
 
-def test_a_judge_that_says_correct_to_everything_is_withheld_in_every_family(tmp_path, capsys):
+def test_a_judge_that_says_correct_to_everything_is_withheld_in_every_family(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="rsgen")
     engine, stats, card = judge_and_emit(tmp_path, rubber_stamp, judge_scope="all")
-    out = capsys.readouterr().out
+    out = caplog.text
     for family, fam in stats["families"].items():
         calib = fam["calibration"]
         assert calib["known_wrong_total"] > 0 and calib["known_wrong_rejected"] == 0, family
@@ -95,7 +97,7 @@ def test_a_judge_that_says_correct_to_everything_is_withheld_in_every_family(tmp
         assert fam["judge"]["withheld"] == fam["judge"]["correct"] > 0
         assert fam["rejected_reasons"]["judge_withheld"] == fam["judge"]["withheld"]
         assert f"Warning — {family}:** the judge said `WRONG` to only 0/{calib['known_wrong_total']}" in card
-        assert f"WARNING: family {family}: the judge said WRONG to only 0/{calib['known_wrong_total']}" in out
+        assert f"family {family}: the judge said WRONG to only 0/{calib['known_wrong_total']}" in out
     assert stats["calibration"]["known_wrong_rejected"] == 0
     assert stats["judge_counts"]["promoted"] == 0
     assert "false-promotion rate of 100.0%" in card

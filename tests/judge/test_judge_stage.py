@@ -4,6 +4,7 @@ recorded, routing (only CORRECT promotes, UNSURE never counts), calibration, res
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from judge_helpers import FakeState, Pair, ScriptedJudgeEngine, candidate_of, make_recipe, write_output_dir
@@ -146,13 +147,15 @@ def test_summary(judged):
     assert summary["families"]["Demo"]["promotions"] == 1
 
 
-def test_summary_line_is_printed(tmp_path, capsys):
+def test_summary_line_is_printed(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="rsgen")
     write_output_dir(tmp_path, PAIRS)
     run(tmp_path, judge_calibration_size=6)
-    out = capsys.readouterr().out
+    out = caplog.text
     assert "CORRECT 1 (promoted), WRONG 2, UNSURE 3" in out
     assert "agreed on 5/6 verifier-accepted pairs, said WRONG to 0/6 known-wrong pairs" in out
-    assert "WARNING: family Demo: the judge said WRONG to only 0/6 known-wrong pairs (0.0%)" in out
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("family Demo: the judge said WRONG to only 0/6 known-wrong pairs (0.0%)" in w for w in warnings)
 
 
 def test_injection_changes_nothing_in_how_the_verdict_is_read(tmp_path):
@@ -224,7 +227,8 @@ def test_restart_with_a_different_world_size(tmp_path):
     assert {r.key for r in engine.requests}.isdisjoint(done)
 
 
-def test_judge_false_skips_cleanly(tmp_path, monkeypatch, capsys):
+def test_judge_false_skips_cleanly(tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="rsgen")
     write_output_dir(tmp_path, PAIRS)
 
     def no_model(*args, **kwargs):
@@ -232,7 +236,7 @@ def test_judge_false_skips_cleanly(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(judge_stage, "build_engine", no_model)
     run_judge(make_recipe(tmp_path, judge=False), FakeState())
-    assert "judge: false" in capsys.readouterr().out
+    assert "judge: false" in caplog.text
     assert not OutputLayout(tmp_path).judge_work.exists()
     assert judge_summary(tmp_path)["calibration_total"] == 0
 
