@@ -2,6 +2,7 @@
 
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -42,3 +43,27 @@ def zoo_model_path(tiny_vlm_factory):
 def tiny_vlm_path(tiny_vlm_factory):
     """Alias of `tiny_vlm_factory`: `tiny_vlm_path("qwen2_vl")` is the path of that zoo model."""
     return tiny_vlm_factory
+
+
+# Tests of these folders run tiny models: one torch thread is faster for them, and on a busy 2-core machine much
+# faster (two OpenMP threads spin against other processes); subprocesses get OMP_NUM_THREADS=1 for the same reason.
+ONE_THREAD_FOLDERS = {"engine", "generate", "explore"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread(request):
+    if Path(str(request.path)).parent.name not in ONE_THREAD_FOLDERS:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    old_env = os.environ.get("OMP_NUM_THREADS")
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    yield
+    torch.set_num_threads(before)
+    if old_env is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = old_env
