@@ -171,6 +171,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"rsgen: error: no space left on device{where} ({_one_line(err.strerror or str(err))}); free some "
               "space, then rerun the same command to continue", file=sys.stderr)
         raise SystemExit(1) from None
+    except RuntimeError as err:
+        from rsgen.engine.base import EngineUnavailable  # here, not at the top: `rsgen --help` stays fast
+
+        if args.debug or not isinstance(err, EngineUnavailable):
+            raise
+        # A server gone after its retries: finished records are on disk, the rerun continues.
+        if is_main:
+            print(f"rsgen: error: {_one_line(str(err))}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace, rest: list[str]) -> None:

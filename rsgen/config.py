@@ -89,7 +89,15 @@ class RecipeConfig:
     output_dir: str = field(default="runs/demo", metadata={"stage": "run", "help": "everything of a run lives here"})
 
     model_name_or_path: str = field(default=DEMO_MODEL, metadata={"stage": "model", "help": "Hub id or local directory of an image-text-to-text model; required unless every source is the demo pool; `rsgen-demo` = the shipped 1.1M-parameter demo model (its card says so)"})
-    engine: str = field(default="transformers", metadata={"stage": "model", "help": "the engine implementation (rsgen.engine.ENGINES)"})
+    engine: str = field(default="transformers", metadata={"stage": "model", "help": "transformers = load the model here and batch `model.generate`; openai = send requests to OpenAI-compatible servers (vLLM, SGLang, `transformers serve`, hosted APIs; docs/engines.md)"})
+    engine_base_url: list[str] = field(default_factory=lambda: ["http://127.0.0.1:8000/v1"], metadata={"stage": "model", "help": "engine: openai — the server's API root, or a list of servers (a key always goes to the same one)"})
+    engine_judge_base_url: list[str] | None = field(default=None, metadata={"stage": "model", "help": "engine: openai — the judge's server(s); null = engine_base_url"})
+    engine_api_key_env: str | None = field(default=None, metadata={"stage": "model", "help": "engine: openai — the NAME of the environment variable holding the API key (the key itself is never written anywhere)"})
+    engine_max_concurrency: int = field(default=64, metadata={"stage": "model", "help": "engine: openai — requests in flight per process"})
+    engine_timeout_seconds: float = field(default=600.0, metadata={"stage": "model", "help": "engine: openai — most seconds one request may take"})
+    engine_max_retries: int = field(default=5, metadata={"stage": "model", "help": "engine: openai — retries of a request (backoff) on connection errors, 429 (Retry-After) and 5xx before the run stops"})
+    engine_server: str | None = field(default=None, metadata={"stage": "model", "help": "engine: openai — vllm, sglang or transformers: rsgen starts that server for the model at engine_base_url on each machine and stops it at the end (log: OUTPUT_DIR/work/server.log); null = use the servers as given"})
+    engine_server_args: list[str] = field(default_factory=list, metadata={"stage": "model", "help": "engine: openai — extra command-line flags of the server rsgen starts, e.g. [--data-parallel-size, '8']"})
     model_revision: str | None = field(default=None, metadata={"stage": "model", "help": "pin a Hub commit of the model"})
     torch_dtype: str = field(default="auto", metadata={"stage": "model", "help": "auto = the dtype the checkpoint was saved in; or bfloat16, float16, float32"})
     attn_implementation: str = field(default="auto", metadata={"stage": "model", "help": "auto = flash_attention_2 when flash_attn imports and CUDA is present, else sdpa"})
@@ -283,6 +291,7 @@ def validate_recipe(recipe: RecipeConfig) -> None:
         raise RecipeError(f"explore_top_p must be in (0, 1], got {recipe.explore_top_p}")
     if recipe.explore_stop not in ("paired", "never"):
         raise RecipeError(f"explore_stop must be paired or never, got {recipe.explore_stop!r}")
+    _validate_engine(recipe)
     if recipe.push_to_hub and not recipe.hub_dataset_id:
         raise RecipeError("push_to_hub: true needs hub_dataset_id: USER/NAME")
     from rsgen.verify import VERIFIERS  # late import: verify imports nothing from config
@@ -297,6 +306,42 @@ def validate_recipe(recipe: RecipeConfig) -> None:
         check_settings(recipe.numeric_tolerance, recipe.math_timeout_seconds)
     except ValueError as e:
         raise RecipeError(f"recipe keys numeric_tolerance / math_timeout_seconds: {e}") from None
+
+
+ENGINE_NAMES = ("transformers", "openai")
+ENGINE_SERVERS = ("vllm", "sglang", "transformers")
+
+
+def _validate_engine(recipe: RecipeConfig) -> None:
+    if recipe.engine not in ENGINE_NAMES:
+        raise RecipeError(f"unknown engine {recipe.engine!r}; choose one of {', '.join(ENGINE_NAMES)}")
+    if recipe.engine_server is not None and recipe.engine_server not in ENGINE_SERVERS:
+        raise RecipeError(f"engine_server must be one of {', '.join(ENGINE_SERVERS)} or null, got "
+                          f"{recipe.engine_server!r}")
+    if recipe.engine_server and recipe.engine != "openai":
+        raise RecipeError(f"engine_server: {recipe.engine_server} starts a server for engine: openai; set "
+                          "engine: openai (or engine_server: null)")
+    for key in ("engine_base_url", "engine_judge_base_url"):
+        urls = getattr(recipe, key)
+        if urls is None:
+            continue
+        if not urls:
+            raise RecipeError(f"{key} is an empty list; give a server URL such as http://127.0.0.1:8000/v1")
+        for url in urls:
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                raise RecipeError(f"{key}: {url!r} is not an http(s) URL; give the API root, e.g. "
+                                  "http://127.0.0.1:8000/v1")
+    if recipe.engine_max_concurrency < 1:
+        raise RecipeError(f"engine_max_concurrency must be >= 1, got {recipe.engine_max_concurrency}")
+    if recipe.engine_max_retries < 0:
+        raise RecipeError(f"engine_max_retries must be >= 0, got {recipe.engine_max_retries}")
+    if recipe.engine_timeout_seconds <= 0:
+        raise RecipeError(f"engine_timeout_seconds must be > 0, got {recipe.engine_timeout_seconds}")
+    key_env = recipe.engine_api_key_env
+    if key_env is not None and not key_env.replace("_", "").isalnum():
+        # A key pasted where its variable's name belongs would land in run.json: refuse it, without echoing it.
+        raise RecipeError("engine_api_key_env must be the NAME of an environment variable (letters, digits, _), "
+                          "not the key itself: `export MY_KEY=...` and set engine_api_key_env: MY_KEY")
 
 
 def parse_overrides(args: list[str]) -> dict[str, Any]:

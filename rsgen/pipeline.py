@@ -20,6 +20,7 @@ from rsgen.config import RecipeConfig, RecipeError
 from rsgen.emit import run_emit
 from rsgen.emit.stats import written_kinds
 from rsgen.engine import check_engine, resolve_model_path
+from rsgen.engine.server import serving
 from rsgen.explore import run_explore
 from rsgen.generate import run_generate
 from rsgen.judge import run_judge
@@ -213,6 +214,12 @@ def check_before_work(recipe: RecipeConfig, stages: tuple[str, ...]) -> None:
             check_hub_access(recipe)
 
 
+def engine_roles(recipe: RecipeConfig, stages: tuple[str, ...]) -> tuple[str, ...]:
+    """The engine roles the stages will use (each stage that generates is a role of the same name)."""
+    wanted = {"generate": True, "explore": recipe.explore_samples > 0, "judge": recipe.judge}
+    return tuple(stage for stage in stages if wanted.get(stage, False))
+
+
 def run_stage(name: str, recipe: RecipeConfig, state: PartialState | None = None, checked: bool = False) -> None:
     if name not in STAGES:
         raise RecipeError(f"unknown stage {name!r}; choose one of {', '.join(STAGES)}")
@@ -221,7 +228,7 @@ def run_stage(name: str, recipe: RecipeConfig, state: PartialState | None = None
         _run_stage_work(name, recipe, state)
         return
     check_before_work(recipe, (name,))
-    with locked_output_dir(recipe.output_dir, state):
+    with locked_output_dir(recipe.output_dir, state), serving(recipe, state, engine_roles(recipe, (name,))):
         # Every stage checks the recipe against the work on disk (emit writes what the work says).
         check_and_write_run_json(recipe, state)
         _run_stage_work(name, recipe, state)
@@ -251,7 +258,8 @@ def _run_stage_work(name: str, recipe: RecipeConfig, state: PartialState) -> Non
 def run_pipeline(recipe: RecipeConfig) -> None:
     check_before_work(recipe, STAGES)  # a wrong model or output_dir fails here, before prepare
     state = distributed_state()
-    with locked_output_dir(recipe.output_dir, state):
+    # A server rsgen starts itself (engine_server) answers before prepare and is stopped at the end, on error too.
+    with locked_output_dir(recipe.output_dir, state), serving(recipe, state, engine_roles(recipe, STAGES)):
         check_and_write_run_json(recipe, state)
         for stage in STAGES:
             if stage == "explore" and not recipe.explore_samples:

@@ -203,6 +203,8 @@ GENERATE_RECORD_FIELDS = (
     "model",
     "revision",
 )
+# Optional in generate, explore and judge records: "refused", the server's message when a server engine refused the
+# request (its reason is then "request_refused"; a judge record's verdict UNSURE).
 # Explore records (OUTPUT_DIR/work/explore/): a generate record of a sampled response (key "{id}#{sample}",
 # sample >= 1; sample 0 is the greedy answer in work/generate/), plus the round that drew it.
 EXPLORE_RECORD_FIELDS = (*GENERATE_RECORD_FIELDS, "round")

@@ -4,8 +4,10 @@
     for request, result in engine.generate(requests): ...
 
 `build_engine` reads the recipe keys of a role (`generate`: the model and its decoding; `judge`: the judge model —
-a VLM or a text-only causal LM — greedy, `judge_max_new_tokens`, `judge_chat_template_kwargs`) into an `EngineSpec` and hands it to the implementation the recipe's `engine`
-key names. A new engine is one module here and one line in `ENGINES`.
+a VLM or a text-only causal LM — greedy, `judge_max_new_tokens`, `judge_chat_template_kwargs`) into an `EngineSpec`
+and hands it to the implementation the recipe's `engine` key names: `transformers` (the model loaded here,
+`model.generate`) or `openai` (OpenAI-compatible servers: `openai_engine`, servers rsgen starts itself: `server`).
+A new engine is one module here and one line in `ENGINES`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsgen.config import RecipeError
-from rsgen.engine.base import ChatRequest, Engine, EngineStats, GenerationResult
+from rsgen.engine.base import (
+    REQUEST_REFUSED,
+    ChatRequest,
+    Engine,
+    EngineStats,
+    EngineUnavailable,
+    GenerationResult,
+)
 from rsgen.engine.models import (
     DEMO_MODEL,
     ModelLoadError,
@@ -27,7 +36,9 @@ from rsgen.engine.models import (
 # recipe `engine` value -> "module:factory"; the factory takes (EngineSpec, device) and returns an Engine.
 ENGINES = {
     "transformers": "rsgen.engine.transformers_engine:TransformersEngine.from_spec",
+    "openai": "rsgen.engine.openai_engine:OpenAIEngine.from_spec",
 }
+SERVER_ENGINES = ("openai",)  # engines that send requests to a server instead of loading the model
 ROLES = ("generate", "explore", "judge")
 
 
@@ -49,6 +60,13 @@ class EngineSpec:
     token_budget: int = 32768
     max_batch_size: int = 256
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Server engines (`engine: openai`): where the role's model is served and how to talk to it.
+    base_urls: tuple[str, ...] = ()
+    served_model: str = ""  # the name requests ask for (what the server's GET /v1/models lists)
+    api_key_env: str | None = None  # the NAME of the environment variable holding the key
+    max_concurrency: int = 64
+    timeout_seconds: float = 600.0
+    max_retries: int = 5
 
 
 def engine_spec(recipe, role: str) -> EngineSpec:
@@ -62,6 +80,10 @@ def engine_spec(recipe, role: str) -> EngineSpec:
         seed=recipe.seed,
         token_budget=recipe.token_budget,
         max_batch_size=recipe.max_batch_size,
+        api_key_env=recipe.engine_api_key_env,
+        max_concurrency=recipe.engine_max_concurrency,
+        timeout_seconds=recipe.engine_timeout_seconds,
+        max_retries=recipe.engine_max_retries,
     )
     if role in ("generate", "explore"):  # explore: the generating model, sampling at its own temperature
         explore = role == "explore"
@@ -74,6 +96,8 @@ def engine_spec(recipe, role: str) -> EngineSpec:
             temperature=recipe.explore_temperature if explore else recipe.temperature,
             top_p=recipe.explore_top_p if explore else recipe.top_p,
             chat_template_kwargs=recipe.generation_chat_template_kwargs(),
+            base_urls=tuple(recipe.engine_base_url),
+            served_model=served_model_name(recipe, recipe.model_name_or_path),
             **common,
         )
     name = judge_model_name(recipe)
@@ -88,8 +112,24 @@ def engine_spec(recipe, role: str) -> EngineSpec:
         top_p=1.0,
         # Its own template arguments: the judge does not inherit the generator's `enable_thinking`.
         chat_template_kwargs=dict(recipe.judge_chat_template_kwargs),
+        base_urls=tuple(judge_base_urls(recipe)),
+        served_model=served_model_name(recipe, name),
         **common,
     )
+
+
+def judge_base_urls(recipe) -> list[str]:
+    """The judge's servers: `engine_judge_base_url`, else the generator's."""
+    return list(recipe.engine_judge_base_url or recipe.engine_base_url)
+
+
+def served_model_name(recipe, name: str) -> str:
+    """The name a server knows model `name` by. `transformers serve MODEL` serves it under the path it was given
+    (rsgen gives it the resolved path, the demo model's directory included); vLLM and SGLang started by rsgen get
+    `--served-model-name` = the recipe's name; a server the user started serves what the recipe names."""
+    if recipe.engine_server == "transformers":
+        return resolve_model_path(name)
+    return name
 
 
 def judge_model_name(recipe) -> str:
@@ -104,6 +144,16 @@ def check_engine(recipe, role: str) -> None:
     if name not in ENGINES:
         raise RecipeError(f"unknown engine {name!r}; choose one of {', '.join(sorted(ENGINES))}")
     spec = engine_spec(recipe, role)
+    if name in SERVER_ENGINES:
+        if recipe.engine_server:  # rsgen starts the server: it is checked once it answers (rsgen.engine.server)
+            from rsgen.engine.server import check_launcher
+
+            check_launcher(recipe.engine_server)
+            return
+        from rsgen.engine.openai_engine import api_key_from_env, check_servers
+
+        check_servers(spec.base_urls, spec.served_model, api_key_from_env(spec.api_key_env))
+        return
     check_model_config(spec.model_name_or_path, spec.revision, spec.trust_remote_code, allow_text_only=role == "judge")
 
 
@@ -122,6 +172,9 @@ def build_engine(recipe, role: str, device=None) -> Engine:
 __all__ = [
     "DEMO_MODEL",
     "ENGINES",
+    "REQUEST_REFUSED",
+    "SERVER_ENGINES",
+    "EngineUnavailable",
     "ChatRequest",
     "Engine",
     "EngineSpec",

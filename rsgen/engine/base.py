@@ -10,6 +10,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+# The reason of a QA pair whose request a server refused (GenerationResult.refused): a counted drop, its record
+# keeping the server's message under "refused".
+REQUEST_REFUSED = "request_refused"
+
 
 @dataclass
 class ChatRequest:
@@ -38,6 +42,7 @@ class GenerationResult:
     generated_tokens: int  # new tokens up to and including the first EOS
     hit_limit: bool  # no EOS within max_new_tokens
     sample_key: str | None = None  # which of the request's `sample_keys` this response is (None without them)
+    refused: str | None = None  # a server engine's refusal of this request (its message): no text, a counted drop
 
 
 @dataclass
@@ -53,6 +58,9 @@ class EngineStats:
     generate_seconds: float = 0.0  # inside model.generate
     wait_seconds: float = 0.0  # main thread waiting for a batch to be prepared
     oom_splits: int = 0
+    retries: int = 0  # server engines: requests asked again (connection errors, 429, 5xx)
+    refused: int = 0  # server engines: requests the server refused (recorded as drops)
+    in_flight_peak: int = 0  # server engines: most requests in flight at once
 
     @property
     def padding_efficiency(self) -> float:
@@ -63,6 +71,11 @@ class EngineStats:
     @property
     def prompt_padding_efficiency(self) -> float:
         return self.prompt_tokens / self.padded_prompt_tokens if self.padded_prompt_tokens else 1.0
+
+
+class EngineUnavailable(RuntimeError):
+    """The engine cannot go on (a server gone, after its retries): the stage stops with this one-line message;
+    every finished record is already on disk, and rerunning the same command continues."""
 
 
 class Engine(Protocol):

@@ -35,11 +35,12 @@ from typing import Any
 
 from rsgen import routing
 from rsgen.config import RecipeConfig, RecipeError
-from rsgen.engine import ChatRequest, build_engine
+from rsgen.engine import REQUEST_REFUSED, ChatRequest, build_engine
 from rsgen.layout import OutputLayout
 from rsgen.schema import PreparedPool, PreparedQuestion, iter_questions, open_prepared, user_turn
 from rsgen.store import CheckpointStore, distributed_state, run_keyed_work
 from rsgen.verify import verify_response
+from rsgen.verify.decision import rejected
 
 CORRECT, WRONG = "correct", "wrong"
 
@@ -121,9 +122,12 @@ class ExploreRound:
         q: PreparedQuestion = request.meta
         recipe = self.recipe
         verifier = recipe.verifier_for(q.family)
-        decision = verify_response(verifier, result.text, list(q.answers), options=list(q.options) or None,
-                                   numeric_tolerance=recipe.numeric_tolerance,
-                                   timeout_seconds=recipe.math_timeout_seconds)
+        if result.refused:  # a server refused the request: recorded with its message, never a verified sample
+            decision = rejected(REQUEST_REFUSED, None)
+        else:
+            decision = verify_response(verifier, result.text, list(q.answers), options=list(q.options) or None,
+                                       numeric_tolerance=recipe.numeric_tolerance,
+                                       timeout_seconds=recipe.math_timeout_seconds)
         self.drawn += 1
         self.correct += bool(decision.match)
         return {
@@ -143,6 +147,7 @@ class ExploreRound:
             "hit_limit": result.hit_limit,
             "model": recipe.model_name_or_path,
             "revision": self.revision,
+            **({"refused": result.refused} if result.refused else {}),
         }
 
     def progress(self, record: dict[str, Any]) -> dict[str, str]:

@@ -16,11 +16,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rsgen.config import RecipeConfig, RecipeError
-from rsgen.engine import ChatRequest, build_engine
+from rsgen.engine import REQUEST_REFUSED, ChatRequest, build_engine
 from rsgen.layout import OutputLayout
 from rsgen.schema import PreparedPool, PreparedQuestion, iter_questions, open_prepared, user_turn
 from rsgen.store import CheckpointStore, KeyedWorkSummary, distributed_state, run_keyed_work
 from rsgen.verify import verify_response
+from rsgen.verify.decision import rejected
 
 logger = logging.getLogger(__name__)
 
@@ -126,18 +127,24 @@ class GenerateStage:
         item: WorkItem = request.meta
         recipe = self.recipe
         verifier = recipe.verifier_for(item.family)
-        decision = verify_response(
-            verifier,
-            response.text,
-            list(item.answers),
-            options=list(item.options) or None,
-            numeric_tolerance=recipe.numeric_tolerance,
-            timeout_seconds=recipe.math_timeout_seconds,
-        )
+        if response.refused:  # a server refused the request: a counted drop that keeps the server's message
+            decision = rejected(REQUEST_REFUSED, None)
+        else:
+            decision = verify_response(
+                verifier,
+                response.text,
+                list(item.answers),
+                options=list(item.options) or None,
+                numeric_tolerance=recipe.numeric_tolerance,
+                timeout_seconds=recipe.math_timeout_seconds,
+            )
         self.generated += 1
         self.accepted += bool(decision.match)
         self.generated_tokens += response.generated_tokens
-        return make_record(item, response, decision, verifier, recipe.model_name_or_path, self.revision)
+        record = make_record(item, response, decision, verifier, recipe.model_name_or_path, self.revision)
+        if response.refused:
+            record["refused"] = response.refused
+        return record
 
     def progress(self, record: dict) -> dict:
         elapsed = max(time.perf_counter() - self.start, 1e-9)

@@ -193,6 +193,8 @@ class JudgeStage:
             "generated_tokens": result.generated_tokens,
             "hit_limit": result.hit_limit,
             "model": self.model,
+            # A request the server refused: no verdict text (UNSURE), the server's message kept.
+            **({"refused": result.refused} if result.refused else {}),
         }
 
     def progress(self, record: dict[str, Any]) -> dict[str, int]:

@@ -1,0 +1,545 @@
+"""The `openai` engine: chat requests sent to OpenAI-compatible servers (`vllm serve`, SGLang, `transformers serve`,
+hosted APIs), many in flight at once, so that a serving engine with continuous batching stays busy.
+
+How a request travels:
+
+- One HTTP request per response: a `ChatRequest` with `sample_keys` becomes one request per sample key, each with
+  a `seed` derived from (recipe seed, that key) (`rsgen.engine.sampling.row_seed`), so a rerun asks for exactly
+  what the first run asked for; greedy requests send temperature 0 with every other sampling and penalty setting
+  pinned to "off" (a model's `generation_config.json` must not decide them, as it may on the server side).
+- Images go as data URIs in `image_url` parts, in the order of the image parts; text parts byte-identical.
+  `chat_template_kwargs` travel in the body only when non-empty (hosted APIs refuse unknown fields).
+- Keys are spread over the servers of `engine_base_url` by a hash of the request key: a key always goes to the same
+  server (a question's samples share that server's prefix cache).
+- Reasoning the server returns apart (`reasoning_content` / `reasoning`) is put back as `<think>…</think>answer`,
+  so responses read the same as from the transformers engine. `finish_reason == "length"` is `hit_limit`; `usage`
+  gives the token counts.
+- Connection errors, timeouts, 429 (honouring `Retry-After`) and 5xx are retried with exponential backoff, up to
+  `max_retries`; then `EngineUnavailable` ends the stage with one line (every finished record is on disk already).
+  A request the server refuses (400 or 413: a prompt longer than its context, an image it cannot read) is not
+  retried: its result carries the server's message in `refused`, and the stage records it as a counted drop.
+
+The HTTP client is `aiohttp` on an event loop in a background thread: `bench/bench_server.py` measured it at several
+thousand requests/s per process against a stub that answers at once, an order of magnitude above the `openai`
+SDK's client, so the client is never what limits a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import io
+import json
+import logging
+import os
+import queue
+import random
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from PIL import Image
+
+from rsgen.config import RecipeError
+from rsgen.engine.base import ChatRequest, EngineStats, EngineUnavailable, GenerationResult
+
+logger = logging.getLogger(__name__)
+
+# Statuses that mean "this request, as sent, will never be answered": recorded as a refusal, not retried.
+REFUSED_STATUSES = (400, 413)
+# Statuses worth asking again: rate limits and server-side failures (a restarting server answers 502/503).
+RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
+BACKOFF_BASE_SECONDS = 0.5
+BACKOFF_MAX_SECONDS = 30.0
+RETRY_AFTER_MAX_SECONDS = 300.0
+# A server that refuses this many requests before answering any refuses them all (a field it does not take, a
+# model that cannot read images): one error instead of a dataset of drops.
+REFUSALS_BEFORE_ANY_ANSWER = 16
+# Servers that take sampling fields beyond the OpenAI schema (and read defaults from the model's
+# generation_config.json unless told otherwise): greedy pins these too. Detected from `owned_by` of /v1/models.
+EXTENDED_SAMPLING_SERVERS = ("vllm", "sglang")
+EXTENDED_GREEDY_PINS = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
+
+OPEN_TAG = "<think>"
+CLOSE_TAG = "</think>"
+_CLOSE_TAG_RE = re.compile(r"</(think|thinking|thought|reasoning)>")
+_OPEN_TAG_RE = re.compile(r"<(think|thinking|thought|reasoning)>")
+
+_IMAGE_MIME = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF8", "image/gif"),
+               (b"RIFF", "image/webp"), (b"BM", "image/bmp"))
+
+
+# ---------------------------------------------------------------------- request building
+
+
+def image_data_uri(image) -> str:
+    """A data URI for encoded image bytes (sent as they are, their format sniffed) or a PIL image (as PNG)."""
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        data = bytes(image)
+        mime = next((m for magic, m in _IMAGE_MIME if data.startswith(magic)), None)
+        if mime is None:  # an uncommon format: re-encode rather than send a type the server may not know
+            with Image.open(io.BytesIO(data)) as im:
+                return image_data_uri(im.convert("RGB"))
+    else:
+        if not isinstance(image, Image.Image):
+            raise TypeError(f"request images must be PIL images or encoded bytes, got {type(image).__name__}")
+        buf = io.BytesIO()
+        image.save(buf, format="PNG")
+        data, mime = buf.getvalue(), "image/png"
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def openai_messages(request: ChatRequest) -> list[dict]:
+    """Hugging Face chat messages -> Chat Completions messages: image parts become `image_url` parts holding the
+    request's images in order; a content of text parts only is sent as one string (text-only servers and hosted
+    APIs take it), text byte-identical."""
+    images = iter(request.images)
+    n_parts = 0
+    out = []
+    for message in request.messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                if part.get("type") == "image":
+                    n_parts += 1
+                    image = next(images, None)
+                    if image is None:
+                        break
+                    parts.append({"type": "image_url", "image_url": {"url": image_data_uri(image)}})
+                elif part.get("type") == "text":
+                    parts.append({"type": "text", "text": part["text"]})
+                else:
+                    raise ValueError(f"request {request.key!r}: content part of type {part.get('type')!r} is "
+                                     "neither text nor image")
+            if all(p["type"] == "text" for p in parts):
+                content = "".join(p["text"] for p in parts)
+            else:
+                content = parts
+        out.append({"role": message["role"], "content": content})
+    if n_parts != len(request.images):
+        raise ValueError(f"request {request.key!r} has {n_parts} image part(s) in its messages but "
+                         f"{len(request.images)} image(s)")
+    return out
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """What every request of an engine asks for, besides its messages."""
+
+    model: str  # the served model's name
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
+    extended_sampling: bool = False  # the server takes vLLM/SGLang sampling fields (EXTENDED_GREEDY_PINS)
+
+
+def request_seed(seed: int, key: str) -> int:
+    """The `seed` field of the request for sample `key`: `row_seed` in 63 bits (servers take a signed int64)."""
+    from rsgen.engine.sampling import row_seed
+
+    return row_seed(seed, key) & (2**63 - 1)
+
+
+def request_body(messages: list[dict], decoding: Decoding, sample_key: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": decoding.model,
+        "messages": messages,
+        "max_tokens": decoding.max_new_tokens,
+        "temperature": decoding.temperature,
+        "top_p": decoding.top_p if decoding.temperature > 0 else 1.0,
+        # `transformers serve` turns frequency_penalty into repetition_penalty 1 + x: 0 pins the model's own to off.
+        "frequency_penalty": 0.0,
+        "presence_penalty": 0.0,
+        "stream": False,
+    }
+    if decoding.extended_sampling:
+        body.update(EXTENDED_GREEDY_PINS)
+    if decoding.temperature > 0:
+        body["seed"] = request_seed(decoding.seed, sample_key)
+    if decoding.chat_template_kwargs:
+        body["chat_template_kwargs"] = dict(decoding.chat_template_kwargs)
+    return body
+
+
+def server_for(key: str, servers: tuple[str, ...]) -> str:
+    """The server of a request key: a stable hash, the same in every process and every run."""
+    if len(servers) == 1:
+        return servers[0]
+    digest = hashlib.sha256(key.encode("utf-8")).digest()
+    return servers[int.from_bytes(digest[:8], "little") % len(servers)]
+
+
+# ---------------------------------------------------------------------- response parsing
+
+
+def response_text(message: dict[str, Any], finish_reason: str | None) -> str:
+    """The response as the transformers engine gives it: reasoning returned apart is put back inside
+    `<think>…</think>` before the answer (left open when the token limit cut the reasoning, as a raw output would
+    be); a content that closes a reasoning block it never opened (the chat template opened it in the prompt) gets
+    the opening tag back."""
+    content = message.get("content") or ""
+    reasoning = message.get("reasoning_content")
+    if reasoning is None:
+        reasoning = message.get("reasoning")
+    if reasoning:
+        if not content and finish_reason == "length":
+            return OPEN_TAG + reasoning
+        return f"{OPEN_TAG}{reasoning}{CLOSE_TAG}{content}"
+    close = _CLOSE_TAG_RE.search(content)
+    if close and not _OPEN_TAG_RE.search(content, 0, close.start()):
+        return f"<{close.group(1)}>" + content
+    return content
+
+
+def parse_completion(data: dict[str, Any], sample_key: str | None) -> GenerationResult:
+    """A Chat Completions response -> GenerationResult. Raises ValueError when it is not one."""
+    try:
+        choice = data["choices"][0]
+        message = choice["message"]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError(f"not a chat completion: {json.dumps(data)[:200]}") from None
+    finish = choice.get("finish_reason")
+    usage = data.get("usage") or {}
+    return GenerationResult(
+        text=response_text(message, finish),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        generated_tokens=int(usage.get("completion_tokens") or 0),
+        hit_limit=finish == "length",
+        sample_key=sample_key,
+    )
+
+
+def server_message(status: int, text: str) -> str:
+    """The server's own words for an error response, on one line (`{"error": {"message": ...}}`, `{"detail":
+    ...}`, `{"message": ...}` or plain text)."""
+    message: Any = text
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict):
+            message = error.get("message") or error.get("detail") or error.get("msg") or json.dumps(error)
+        elif error:
+            message = error
+        if isinstance(data.get("detail"), (str, list)):
+            message = data["detail"]
+    return f"HTTP {status}: " + " ".join(str(message).split())[:500]
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Seconds to wait from a `Retry-After` header (seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX_SECONDS)
+
+
+def backoff_seconds(attempt: int) -> float:
+    """0.5, 1, 2, 4 … s (capped at 30), with jitter so that many clients do not retry in step."""
+    return min(BACKOFF_BASE_SECONDS * 2**attempt, BACKOFF_MAX_SECONDS) * (0.5 + random.random() / 2)
+
+
+# ---------------------------------------------------------------------- servers
+
+
+def api_key_from_env(env_name: str | None) -> str | None:
+    """The API key held by the environment variable `env_name` (the recipe names the variable, never the key)."""
+    if not env_name:
+        return None
+    key = os.environ.get(env_name)
+    if not key:
+        raise RecipeError(f"engine_api_key_env names the environment variable {env_name!r}, which is not set: "
+                          f"`export {env_name}=...` before the run (the key never goes into the recipe)")
+    return key
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+async def _list_models(session, base_url: str) -> list[dict[str, Any]]:
+    async with session.get(base_url.rstrip("/") + "/models") as resp:
+        text = await resp.text()
+        if resp.status != 200:
+            raise RecipeError(f"engine server {base_url} answered GET /models with {server_message(resp.status, text)}"
+                              "; check engine_base_url and engine_api_key_env")
+        try:
+            return list(json.loads(text)["data"])
+        except (ValueError, KeyError, TypeError):
+            raise RecipeError(f"engine server {base_url} answered GET /models with something that is not a model "
+                              f"list ({text[:200]!r}); engine_base_url must end in the API root, e.g. "
+                              "http://HOST:8000/v1") from None
+
+
+def check_servers(base_urls: Iterable[str], model: str, api_key: str | None, timeout_seconds: float = 30.0) -> str:
+    """Before any work: every server answers `GET /v1/models` and serves `model`. Returns the server family
+    ("vllm", "sglang", or "" for others) from `owned_by`. Raises a one-line RecipeError naming the URL and the
+    models it does serve."""
+    import aiohttp
+
+    async def check() -> str:
+        kinds = set()
+        timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+        async with aiohttp.ClientSession(timeout=timeout, headers=_headers(api_key)) as session:
+            for url in base_urls:
+                try:
+                    models = await _list_models(session, url)
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+                    raise RecipeError(f"engine server {url} is unreachable ({_describe(err)}); start the server "
+                                      "or fix engine_base_url (or set engine_server to let rsgen start one)") from None
+                served = [str(m.get("id")) for m in models if isinstance(m, dict)]
+                if model not in served:
+                    raise RecipeError(f"engine server {url} does not serve model {model!r}; it serves "
+                                      f"{', '.join(repr(s) for s in served) or 'no model'}: set model_name_or_path "
+                                      "(or judge_model_name_or_path) to the served name, or start the server with "
+                                      "that model")
+                owners = {str(m.get("owned_by", "")) for m in models if isinstance(m, dict) and m.get("id") == model}
+                kinds |= owners & set(EXTENDED_SAMPLING_SERVERS)
+        return "vllm" if "vllm" in kinds else ("sglang" if "sglang" in kinds else "")
+
+    return asyncio.run(check())
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, asyncio.TimeoutError):
+        return "timed out"
+    return " ".join(f"{type(err).__name__}: {err}".split())[:300]
+
+
+# ---------------------------------------------------------------------- the engine
+
+
+class _Refused(Exception):
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class OpenAIEngine:
+    """Answers chat requests through OpenAI-compatible servers, `max_concurrency` requests in flight.
+
+    `engine.generate(requests)` yields `(request, result)` pairs in completion order; requests are read lazily,
+    as slots free up. A result the server refused has `refused` set (its text empty).
+    """
+
+    def __init__(
+        self,
+        base_urls: Iterable[str] | str,
+        model: str,
+        max_new_tokens: int = 2048,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        api_key: str | None = None,
+        max_concurrency: int = 64,
+        timeout_seconds: float = 600.0,
+        max_retries: int = 5,
+        extended_sampling: bool = False,
+    ):
+        urls = (base_urls,) if isinstance(base_urls, str) else tuple(base_urls)
+        if not urls:
+            raise ValueError("the openai engine needs at least one server URL (engine_base_url)")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if max_concurrency < 1 or max_retries < 0 or timeout_seconds <= 0:
+            raise ValueError("engine_max_concurrency must be >= 1, engine_max_retries >= 0, "
+                             "engine_timeout_seconds > 0")
+        self.servers = tuple(u.rstrip("/") for u in urls)
+        self.decoding = Decoding(model, max_new_tokens, temperature, top_p, seed,
+                                 tuple(sorted((chat_template_kwargs or {}).items())), extended_sampling)
+        self._api_key = api_key  # kept out of repr, logs and errors
+        self.max_concurrency = max_concurrency
+        self.timeout_seconds = timeout_seconds
+        self.max_retries = max_retries
+        self.stats = EngineStats()
+        self.revision: str | None = None  # a server does not say which commit it loaded
+        self.answered = 0
+        self.in_flight_seconds = 0.0  # integral of requests in flight over time (mean concurrency = / wall)
+
+    def __repr__(self) -> str:
+        return f"OpenAIEngine(servers={self.servers!r}, model={self.decoding.model!r})"
+
+    @classmethod
+    def from_spec(cls, spec, device=None) -> OpenAIEngine:
+        """From an EngineSpec (rsgen.engine.build_engine): checks the servers first (`check_servers`), so a wrong
+        URL or model is one line, not a retry storm."""
+        api_key = api_key_from_env(spec.api_key_env)
+        kind = check_servers(spec.base_urls, spec.served_model, api_key)
+        return cls(spec.base_urls, spec.served_model, max_new_tokens=spec.max_new_tokens,
+                   temperature=spec.temperature, top_p=spec.top_p, seed=spec.seed,
+                   chat_template_kwargs=spec.chat_template_kwargs, api_key=api_key,
+                   max_concurrency=spec.max_concurrency, timeout_seconds=spec.timeout_seconds,
+                   max_retries=spec.max_retries, extended_sampling=kind in EXTENDED_SAMPLING_SERVERS)
+
+    # ------------------------------------------------------------------ one request
+
+    def bodies(self, request: ChatRequest) -> list[tuple[str | None, bytes]]:
+        """(sample key, JSON body) per response the request asks for."""
+        if request.sample_keys and self.decoding.temperature == 0:
+            raise ValueError(f"request {request.key!r} asks for {len(request.sample_keys)} samples but the engine "
+                             "decodes greedily (temperature 0): every sample would be the same response")
+        messages = openai_messages(request)
+        keys: tuple[str | None, ...] = request.sample_keys or (None,)
+        return [(k, json.dumps(request_body(messages, self.decoding, k if k is not None else request.key),
+                               ensure_ascii=False).encode("utf-8")) for k in keys]
+
+    async def _post(self, session, url: str, body: bytes, sample_key: str | None) -> GenerationResult:
+        """POST one body with retries. Returns the result; raises _Refused or EngineUnavailable."""
+        import aiohttp
+
+        endpoint = url + "/chat/completions"
+        problem = ""
+        for attempt in range(self.max_retries + 1):
+            delay = None
+            try:
+                async with session.post(endpoint, data=body, headers={"Content-Type": "application/json"}) as resp:
+                    text = await resp.text()
+                    if resp.status == 200:
+                        try:
+                            return parse_completion(json.loads(text), sample_key)
+                        except ValueError as err:
+                            problem = f"an answer that is not a chat completion ({err})"
+                    elif resp.status in REFUSED_STATUSES:
+                        raise _Refused(server_message(resp.status, text))
+                    elif resp.status in RETRY_STATUSES:
+                        problem = server_message(resp.status, text)
+                        delay = retry_after_seconds(resp.headers.get("Retry-After"))
+                    else:  # 401/403 (key), 404 (URL or model), 422 (a field it does not take): every request fails
+                        raise EngineUnavailable(f"engine server {url} answered {server_message(resp.status, text)}; "
+                                                "check engine_base_url, engine_api_key_env and model_name_or_path")
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+                problem = _describe(err)
+            if attempt == self.max_retries:
+                break
+            self.stats.retries += 1
+            await asyncio.sleep(delay if delay is not None else backoff_seconds(attempt))
+        raise EngineUnavailable(
+            f"engine server {url} failed {self.max_retries + 1} times in a row (last: {problem}); every finished "
+            "record is on disk: rerun the same command once the server answers again"
+        )
+
+    # ------------------------------------------------------------------ many requests
+
+    def generate(self, requests: Iterable[ChatRequest]) -> Iterator[tuple[ChatRequest, GenerationResult]]:
+        """Yield `(request, result)` for every response, in completion order, `max_concurrency` in flight."""
+        loop_thread = _LoopThread()
+        done: queue.SimpleQueue = queue.SimpleQueue()
+        pending: set[Future] = set()
+        session = loop_thread.call(self._open_session)
+        start = time.perf_counter()
+        last = start
+        try:
+            for request in requests:
+                server = server_for(request.key, self.servers)
+                for sample_key, body in self.bodies(request):
+                    while len(pending) >= self.max_concurrency:
+                        last = self._account(len(pending), last)
+                        yield self._take(done, pending)
+                    future = loop_thread.submit(self._call(session, server, body, request, sample_key))
+                    future.add_done_callback(done.put)
+                    pending.add(future)
+                    self.stats.in_flight_peak = max(self.stats.in_flight_peak, len(pending))
+            while pending:
+                last = self._account(len(pending), last)
+                yield self._take(done, pending)
+        finally:
+            for future in pending:
+                future.cancel()
+            loop_thread.call(session.close)
+            loop_thread.stop()
+            self.stats.generate_seconds += time.perf_counter() - start
+
+    def _account(self, in_flight: int, since: float) -> float:
+        now = time.perf_counter()
+        self.in_flight_seconds += in_flight * (now - since)
+        return now
+
+    def _take(self, done: queue.SimpleQueue, pending: set[Future]) -> tuple[ChatRequest, GenerationResult]:
+        while True:
+            try:  # a timeout, so that SIGTERM/SIGINT handlers run in the main thread while it waits
+                future = done.get(timeout=0.2)
+                break
+            except queue.Empty:
+                continue
+        pending.discard(future)
+        request, result = future.result()  # EngineUnavailable propagates: the stage ends, its records are kept
+        self.stats.requests += 1
+        self.stats.prompt_tokens += result.prompt_tokens
+        self.stats.padded_prompt_tokens += result.prompt_tokens
+        self.stats.generated_tokens += result.generated_tokens
+        self.stats.padded_generated_tokens += result.generated_tokens
+        if result.refused:
+            self.stats.refused += 1
+            logger.warning("engine server refused request %r: %s (recorded as a drop)", request.key, result.refused)
+            if self.answered == 0 and self.stats.refused >= REFUSALS_BEFORE_ANY_ANSWER:
+                raise EngineUnavailable(f"the engine server refused the first {self.stats.refused} requests and "
+                                        f"answered none (last: {result.refused}); it cannot take these requests")
+        else:
+            self.answered += 1
+        return request, result
+
+    async def _open_session(self):
+        import aiohttp
+
+        # One connection per request in flight to each server; DNS cached; the key in the session's headers only.
+        connector = aiohttp.TCPConnector(limit=self.max_concurrency, limit_per_host=self.max_concurrency,
+                                         ttl_dns_cache=300)
+        return aiohttp.ClientSession(connector=connector, headers=_headers(self._api_key),
+                                     timeout=aiohttp.ClientTimeout(total=self.timeout_seconds))
+
+    async def _call(self, session, server: str, body: bytes, request: ChatRequest, sample_key: str | None):
+        try:
+            result = await self._post(session, server, body, sample_key)
+        except _Refused as refused:
+            result = GenerationResult("", 0, 0, hit_limit=False, sample_key=sample_key, refused=refused.message)
+        return request, result
+
+
+class _LoopThread:
+    """An asyncio event loop running in a daemon thread; coroutines are handed to it from the calling thread."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="rsgen-http", daemon=True)
+        self.thread.start()
+
+    def submit(self, coroutine) -> Future:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+    def call(self, function, *args):
+        """Run `function(*args)` (a coroutine function) on the loop and wait for its result."""
+        return self.submit(function(*args)).result()
+
+    def stop(self) -> None:
+        async def cancel_all():
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            self.submit(cancel_all()).result(timeout=10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=10)
+            if not self.thread.is_alive():
+                self.loop.close()
