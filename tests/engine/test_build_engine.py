@@ -40,7 +40,7 @@ def test_unknown_role_and_engine_are_named():
         engine_spec(RecipeConfig(), "critic")
     with pytest.raises(ValueError, match="unknown engine 'vllm'.*transformers"):
         build_engine(RecipeConfig(engine="vllm"), "generate")
-    assert set(ENGINES) == {"transformers"}
+    assert set(ENGINES) == {"transformers", "openai"}
 
 
 @pytest.mark.slow
