@@ -301,7 +301,6 @@ def test_rsgen_stops_the_server_it_started_on_sigterm(reference, models):
                           engine_base_url=f"http://127.0.0.1:{port}/v1", engine_server_args=["--device", "cpu"],
                           engine_max_concurrency=1, max_new_tokens=64)
     proc = rsgen("run", "--config", str(recipe))
-    work = tmp / "sigterm" / "work" / "generate"
     while proc.poll() is None and not (_listening(port) and (tmp / "sigterm" / "prepared").exists()):
         time.sleep(0.05)
     assert proc.poll() is None, "the run ended before the signal"
