@@ -37,7 +37,7 @@ STAGES = ("prepare", "generate", "explore", "judge", "emit")
 # verifier's decision, so the verifier keys belong to generate; the judge reads those decisions.
 STAGE_PINS: dict[str, tuple[str, ...]] = {
     "prepare": ("sources", "instruction", "max_image_pixels", "max_aspect_ratio"),
-    "generate": ("model_name_or_path", "engine", "model_revision", "torch_dtype", "enable_thinking",
+    "generate": ("model_name_or_path", "engine", "engine_server", "engine_server_args", "model_revision", "torch_dtype", "enable_thinking",
                  "chat_template_kwargs", "max_new_tokens", "temperature", "top_p", "num_samples", "seed", "verifier",
                  "numeric_tolerance", "math_timeout_seconds"),
     "explore": ("explore_samples", "explore_temperature", "explore_top_p", "explore_stop"),

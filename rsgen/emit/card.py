@@ -343,6 +343,15 @@ def production(stats: dict[str, Any]) -> str:
         tok = fam["tokens"]
         text.append(f"| {family} | {_n(tok['samples'])} | {_n(tok['prompt'])} | {_n(tok['generated'])} | "
                     f"{_n(tok['hit_limit'])} | {_n(tok['judge_generated'])} |")
+    by_stage = stats.get("tokens_by_stage")  # stats.json written before the openai engine lacks it
+    if by_stage:
+        parts = ", ".join(f"{stage} {_n(t['prompt'])} / {_n(t['completion'])}" for stage, t in by_stage.items())
+        text += ["", f"Tokens by stage, prompt / completion (engine `{stats.get('engine', 'transformers')}`): {parts}."]
+    samples = sum(f["tokens"]["samples"] for f in stats["families"].values())
+    with_reasoning = sum(f["tokens"].get("with_reasoning", samples) for f in stats["families"].values())
+    if gen["enable_thinking"] and samples and not with_reasoning:
+        text += ["", "No response carries reasoning: the model (or the server that ran it, as hosted APIs that hide "
+                 "reasoning do) returned the answer alone, so `response` in `{Family}_RS_think` holds no reasoning."]
     wall = stats["wall_time"]
     if wall.get("stages_seconds"):
         stages = ", ".join(f"{name} {secs:,.0f} s" for name, secs in wall["stages_seconds"].items())

@@ -181,6 +181,7 @@ def explore_stats(tally: FamilyRouting, plans: dict[str, SplitPlan]) -> dict[str
         "responses": tally.explore_responses,
         "explore_samples": explore_samples,
         "explore_generated_tokens": tally.explore_tokens,
+        "explore_prompt_tokens": tally.explore_prompt_tokens,
         "mean_pass_rate": round(tally.explore_correct / tally.explore_responses, 6),
         "pass_rate_histogram": {"bins": list(PASS_RATE_BINS),
                                 "counts": [tally.explore_pass_rates[b] for b in PASS_RATE_BINS]},
@@ -242,11 +243,29 @@ def family_stats(family: str, tally: FamilyRouting, plans: dict[str, SplitPlan],
             "prompt": tally.prompt_tokens,
             "generated": tally.generated_tokens,
             "judge_generated": tally.judge_generated_tokens,
+            "judge_prompt": tally.judge_prompt_tokens,
             "hit_limit": tally.hit_limit,
+            "with_reasoning": tally.with_reasoning,  # responses with a closed reasoning block
         },
         "response_lengths": response_length_histogram(tally.response_tokens, max_new_tokens),
         "explore": explore_stats(tally, plans),
     }
+
+
+def tokens_by_stage(families: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+    def total(get) -> int:
+        return sum(get(f) for f in families.values())
+
+    out = {
+        "generate": {"prompt": total(lambda f: f["tokens"]["prompt"]),
+                     "completion": total(lambda f: f["tokens"]["generated"])},
+        "judge": {"prompt": total(lambda f: f["tokens"].get("judge_prompt", 0)),
+                  "completion": total(lambda f: f["tokens"]["judge_generated"])},
+    }
+    if any(f.get("explore") for f in families.values()):
+        out["explore"] = {"prompt": total(lambda f: (f.get("explore") or {}).get("explore_prompt_tokens", 0)),
+                          "completion": total(lambda f: (f.get("explore") or {}).get("explore_generated_tokens", 0))}
+    return out
 
 
 def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: dict[str, Any] | None,
@@ -294,6 +313,9 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
             "generated_tokens": sum(f["tokens"]["generated"] for f in families.values()),
             "judge_generated_tokens": sum(f["tokens"]["judge_generated"] for f in families.values()),
         },
+        "engine": recipe.engine,
+        # Prompt and completion tokens summed per stage (as the engine reported them: `usage` for a server).
+        "tokens_by_stage": tokens_by_stage(families),
         "work_records_outside_pool": work_records_outside_pool,
         "cleaning_policy": cleaning_policy(report),
         "wall_time": stage_wall_times(run),

@@ -169,3 +169,32 @@ def test_the_demo_model_always_gets_the_demo_banner(tmp_path):
     write_scripted_run(tmp_path)
     run_emit(scripted_recipe(tmp_path, model_name_or_path="rsgen-demo"))
     assert "> **This is a demo dataset.**" in (OutputLayout(tmp_path).dataset / "README.md").read_text()
+
+
+def test_tokens_are_summed_per_stage_in_stats_and_on_the_card(emitted_run):
+    root, _recipe, _images = emitted_run
+    layout = OutputLayout(root)
+    stats = json.loads(layout.stats_json.read_text())
+    generate = [json.loads(line) for part in sorted(layout.generate_work.glob("*.jsonl"))
+                for line in part.read_text().splitlines()]
+    judged = [json.loads(line) for part in sorted(layout.judge_work.glob("*.jsonl"))
+              for line in part.read_text().splitlines()]
+    by_stage = stats["tokens_by_stage"]
+    assert by_stage["generate"] == {"prompt": sum(r["prompt_tokens"] for r in generate),
+                                    "completion": sum(r["generated_tokens"] for r in generate)}
+    assert by_stage["judge"] == {"prompt": sum(r["prompt_tokens"] for r in judged),
+                                 "completion": sum(r["generated_tokens"] for r in judged)}
+    text = (layout.dataset / "README.md").read_text()
+    assert (f"Tokens by stage, prompt / completion (engine `transformers`): generate "
+            f"{_n(by_stage['generate']['prompt'])} / {_n(by_stage['generate']['completion'])}") in text
+    assert "No response carries reasoning" not in text  # the scripted responses reason
+
+
+def test_the_card_says_so_when_no_response_carries_reasoning(emitted_run):
+    from rsgen.emit.card import production
+
+    root, _recipe, _images = emitted_run
+    stats = json.loads(OutputLayout(root).stats_json.read_text())
+    for fam in stats["families"].values():
+        fam["tokens"]["with_reasoning"] = 0  # as from a hosted model that hides its reasoning
+    assert "No response carries reasoning" in production(stats)

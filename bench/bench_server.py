@@ -1,0 +1,168 @@
+"""The `openai` engine's client: its own overhead, and the concurrency it reaches against a real server.
+
+    python bench/bench_server.py                   # client vs a STUB server: requests/s, rsgen's client and the SDK's
+    python bench/bench_server.py --real            # and against a real `transformers serve` of a tiny zoo LLaVA
+
+Part 1 measures the CLIENT ONLY. The server is a stub (rsgen.testing.stub_server, in a process of its own) that
+answers every chat request at once with a fixed completion and never looks at a model: whatever limits the
+requests/s here is the client. Requests are the demo pool's (one ~1 KB PNG as a data URI + the question), 64 in
+flight, one client process. Two clients run side by side on the same requests: rsgen's `OpenAIEngine` (aiohttp on
+an event loop in a thread) and the `openai` SDK's `AsyncOpenAI` (when installed) with the same concurrency. Target
+on the 2-core CPU machine: rsgen's client >= 1,000 requests/s, so that it never limits a vLLM server (~10-50
+requests/s per GPU for a 7B VLM).
+
+Part 2 (`--real`) runs `transformers serve` on CPU with a tiny zoo LLaVA and sends the same requests with 1 and
+then 16 in flight: printed are requests/s at each, the requests the client kept in flight (peak and mean), and the
+concurrency the server reached = throughput at 16 in flight / throughput at 1 (about 1 for `transformers serve`,
+which answers VLM requests one at a time; a continuous-batching server such as vLLM goes far higher).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+INSTRUCTION = "Answer in short without any other content."
+TARGET_REQUESTS_PER_SECOND = 1000
+
+
+def demo_requests(n: int):
+    from rsgen.demo.pool import make_demo_rows
+    from rsgen.engine import ChatRequest
+    from rsgen.schema import user_turn
+
+    rows = list(make_demo_rows(max(1, n // 8), 20261203))
+    return [ChatRequest(f"{i:06d}", user_turn(f"{row['question']}\n{INSTRUCTION}"), [row["image"]])
+            for i, row in zip(range(n), (rows * (n // len(rows) + 1))[:n])]
+
+
+def start(cmd: list[str], root: str, log: Path) -> subprocess.Popen:
+    from rsgen.engine.server import wait_until_healthy
+
+    with open(log, "ab") as out:
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    wait_until_healthy(root, process, lambda: log.read_text()[-2000:], timeout=300)
+    return process
+
+
+def stop(process: subprocess.Popen) -> None:
+    import signal
+
+    os.killpg(process.pid, signal.SIGTERM)
+    process.wait(timeout=60)
+
+
+def run_rsgen_client(base_url: str, model: str, requests, concurrency: int, max_new_tokens: int = 16):
+    from rsgen.engine.openai_engine import OpenAIEngine
+
+    engine = OpenAIEngine(base_url, model, max_new_tokens=max_new_tokens, max_concurrency=concurrency)
+    start_time = time.perf_counter()
+    n = sum(1 for _ in engine.generate(requests))
+    seconds = time.perf_counter() - start_time
+    return n / seconds, engine
+
+
+def run_sdk_client(base_url: str, model: str, requests, concurrency: int) -> float | None:
+    """The `openai` SDK's AsyncOpenAI with the same messages and concurrency (None when it is not installed)."""
+    try:
+        from openai import AsyncOpenAI
+    except ImportError:
+        return None
+    from rsgen.engine.openai_engine import openai_messages
+
+    async def main() -> int:
+        client = AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        semaphore = asyncio.Semaphore(concurrency)
+
+        async def one(request):
+            async with semaphore:
+                reply = await client.chat.completions.create(model=model, messages=openai_messages(request),
+                                                             max_tokens=16, temperature=0.0)
+                return reply.choices[0].message.content
+
+        results = await asyncio.gather(*(one(r) for r in requests))
+        await client.close()
+        return len(results)
+
+    start_time = time.perf_counter()
+    n = asyncio.run(main())
+    return n / (time.perf_counter() - start_time)
+
+
+def client_part(num_requests: int, concurrency: int, workdir: Path) -> None:
+    from rsgen.testing.stub_server import STUB_MODEL, free_port
+
+    port = free_port()
+    stub = start([sys.executable, "-m", "rsgen.testing.stub_server", "--port", str(port)], f"http://127.0.0.1:{port}",
+                 workdir / "stub.log")
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        requests = demo_requests(num_requests)
+        run_rsgen_client(base_url, STUB_MODEL, requests[:200], concurrency)  # warm-up (imports, connections)
+        rsgen_rps, engine = run_rsgen_client(base_url, STUB_MODEL, requests, concurrency)
+        sdk_rps = run_sdk_client(base_url, STUB_MODEL, requests, concurrency)
+    finally:
+        stop(stub)
+    size = sum(len(r.images[0]) for r in requests) / len(requests)
+    print(f"== client only, against a STUB server that answers at once ({num_requests} demo requests, ~{size:,.0f}-byte "
+          f"PNG each as a data URI, {concurrency} in flight, one client process)")
+    print(f"rsgen OpenAIEngine (aiohttp): {rsgen_rps:8,.0f} requests/s   (peak in flight {engine.stats.in_flight_peak})")
+    if sdk_rps is None:
+        print("openai SDK AsyncOpenAI:       not installed")
+    else:
+        print(f"openai SDK AsyncOpenAI:       {sdk_rps:8,.0f} requests/s   (rsgen's client: {rsgen_rps / sdk_rps:.1f}x)")
+    verdict = "meets" if rsgen_rps >= TARGET_REQUESTS_PER_SECOND else "MISSES"
+    print(f"target >= {TARGET_REQUESTS_PER_SECOND:,} requests/s: {verdict}")
+
+
+def real_part(num_requests: int, workdir: Path) -> None:
+    from rsgen.testing.stub_server import free_port
+    from rsgen.testing.zoo import build_tiny_vlm
+
+    model = build_tiny_vlm("llava", workdir / "llava")
+    port = free_port()
+    server = start([sys.executable, "-m", "transformers.cli.transformers", "serve", model, "--device", "cpu",
+                    "--host", "127.0.0.1", "--port", str(port)], f"http://127.0.0.1:{port}", workdir / "serve.log")
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        requests = demo_requests(num_requests)
+        run_rsgen_client(base_url, model, requests[:4], 1)  # warm-up
+        one_rps, _ = run_rsgen_client(base_url, model, requests, 1)
+        many_rps, engine = run_rsgen_client(base_url, model, requests, 16)
+    finally:
+        stop(server)
+    mean_in_flight = engine.in_flight_seconds / max(engine.stats.generate_seconds, 1e-9)
+    print(f"\n== against a real `transformers serve` (tiny zoo LLaVA on CPU, {num_requests} demo requests, 16 new "
+          "tokens each)")
+    print(f"1 in flight:  {one_rps:6.1f} requests/s")
+    print(f"16 in flight: {many_rps:6.1f} requests/s; the client kept {engine.stats.in_flight_peak} in flight at peak, "
+          f"{mean_in_flight:.1f} on average")
+    print(f"concurrency the server reached: {many_rps / one_rps:.2f}x one request at a time "
+          "(transformers serve answers VLM requests one at a time)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--num-requests", type=int, default=3000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--real", action="store_true", help="also measure against a real transformers serve")
+    parser.add_argument("--real-requests", type=int, default=48)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rsgen-bench-server-") as tmp:
+        client_part(args.num_requests, args.concurrency, Path(tmp))
+        if args.real:
+            real_part(args.real_requests, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
