@@ -5,8 +5,10 @@ How a request travels:
 
 - One HTTP request per response: a `ChatRequest` with `sample_keys` becomes one request per sample key, each with
   a `seed` derived from (recipe seed, that key) (`rsgen.engine.sampling.row_seed`), so a rerun asks for exactly
-  what the first run asked for; greedy requests send temperature 0 with every other sampling and penalty setting
-  pinned to "off" (a model's `generation_config.json` must not decide them, as it may on the server side).
+  what the first run asked for. Decoding is the request's alone, as in the transformers engine: greedy is
+  temperature 0, sampling is temperature and top-p, and every other sampling and penalty setting is pinned to
+  "off" in the fields the server kind takes (a model's `generation_config.json` must not decide them, as it does on
+  the server side by default).
 - Images go as data URIs in `image_url` parts, in the order of the image parts; text parts byte-identical.
   `chat_template_kwargs` travel in the body only when non-empty (hosted APIs refuse unknown fields).
 - Keys are spread over the servers of `engine_base_url` by a hash of the request key: a key always goes to the same
@@ -61,9 +63,15 @@ RETRY_AFTER_MAX_SECONDS = 300.0
 # model that cannot read images): one error instead of a dataset of drops.
 REFUSALS_BEFORE_ANY_ANSWER = 16
 # Servers that take sampling fields beyond the OpenAI schema (and read defaults from the model's
-# generation_config.json unless told otherwise): greedy pins these too. Detected from `owned_by` of /v1/models.
+# generation_config.json unless told otherwise): every request pins these too. Detected from `owned_by` of
+# GET /v1/models.
 EXTENDED_SAMPLING_SERVERS = ("vllm", "sglang")
-EXTENDED_GREEDY_PINS = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
+EXTENDED_SAMPLING_PINS = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
+# `transformers serve` (detected by the `status` of its model list) samples only when the model's own
+# generation_config says do_sample, and then with its top_k (50 by default): a sampling request pins both through
+# its `generation_config` field (the transformers engine samples from temperature and top-p alone).
+TRANSFORMERS_SERVE = "transformers"
+TRANSFORMERS_SAMPLING_PINS = {"do_sample": True, "top_k": 0}
 
 OPEN_TAG = "<think>"
 CLOSE_TAG = "</think>"
@@ -138,7 +146,7 @@ class Decoding:
     top_p: float = 1.0
     seed: int = 0
     chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
-    extended_sampling: bool = False  # the server takes vLLM/SGLang sampling fields (EXTENDED_GREEDY_PINS)
+    server_kind: str = ""  # "vllm", "sglang", "transformers" (serve) or "" (another server, a hosted API)
 
 
 def request_seed(seed: int, key: str) -> int:
@@ -160,10 +168,12 @@ def request_body(messages: list[dict], decoding: Decoding, sample_key: str | Non
         "presence_penalty": 0.0,
         "stream": False,
     }
-    if decoding.extended_sampling:
-        body.update(EXTENDED_GREEDY_PINS)
+    if decoding.server_kind in EXTENDED_SAMPLING_SERVERS:
+        body.update(EXTENDED_SAMPLING_PINS)
     if decoding.temperature > 0:
         body["seed"] = request_seed(decoding.seed, sample_key)
+        if decoding.server_kind == TRANSFORMERS_SERVE:
+            body["generation_config"] = json.dumps(TRANSFORMERS_SAMPLING_PINS)
     if decoding.chat_template_kwargs:
         body["chat_template_kwargs"] = dict(decoding.chat_template_kwargs)
     return body
@@ -290,9 +300,9 @@ async def _list_models(session, base_url: str) -> list[dict[str, Any]]:
 
 
 def check_servers(base_urls: Iterable[str], model: str, api_key: str | None, timeout_seconds: float = 30.0) -> str:
-    """Before any work: every server answers `GET /v1/models` and serves `model`. Returns the server family
-    ("vllm", "sglang", or "" for others) from `owned_by`. Raises a one-line RecipeError naming the URL and the
-    models it does serve."""
+    """Before any work: every server answers `GET /v1/models` and serves `model`. Returns the server family:
+    "vllm" or "sglang" (their `owned_by`), "transformers" (`transformers serve` lists each model with a `status`),
+    or "" for others. Raises a one-line RecipeError naming the URL and the models it does serve."""
     import aiohttp
 
     async def check() -> str:
@@ -311,9 +321,18 @@ def check_servers(base_urls: Iterable[str], model: str, api_key: str | None, tim
                                       f"{', '.join(repr(s) for s in served) or 'no model'}: set model_name_or_path "
                                       "(or judge_model_name_or_path) to the served name, or start the server with "
                                       "that model")
-                owners = {str(m.get("owned_by", "")) for m in models if isinstance(m, dict) and m.get("id") == model}
-                kinds |= owners & set(EXTENDED_SAMPLING_SERVERS)
-        return "vllm" if "vllm" in kinds else ("sglang" if "sglang" in kinds else "")
+                entry = next(m for m in models if isinstance(m, dict) and str(m.get("id")) == model)
+                owner = str(entry.get("owned_by", ""))
+                if owner in EXTENDED_SAMPLING_SERVERS:
+                    kinds.add(owner)
+                elif isinstance(entry.get("status"), dict) and "value" in entry["status"]:
+                    kinds.add(TRANSFORMERS_SERVE)
+                else:
+                    kinds.add("")
+        if len(kinds) > 1:
+            raise RecipeError(f"the servers of {', '.join(base_urls)} are of different kinds "
+                              f"({', '.join(sorted(k or 'other' for k in kinds))}); their defaults differ: use one kind")
+        return kinds.pop() if kinds else ""
 
     return asyncio.run(check())
 
@@ -353,7 +372,7 @@ class OpenAIEngine:
         max_concurrency: int = 64,
         timeout_seconds: float = 600.0,
         max_retries: int = 5,
-        extended_sampling: bool = False,
+        server_kind: str = "",
     ):
         urls = (base_urls,) if isinstance(base_urls, str) else tuple(base_urls)
         if not urls:
@@ -365,7 +384,7 @@ class OpenAIEngine:
                              "engine_timeout_seconds > 0")
         self.servers = tuple(u.rstrip("/") for u in urls)
         self.decoding = Decoding(model, max_new_tokens, temperature, top_p, seed,
-                                 tuple(sorted((chat_template_kwargs or {}).items())), extended_sampling)
+                                 tuple(sorted((chat_template_kwargs or {}).items())), server_kind)
         self._api_key = api_key  # kept out of repr, logs and errors
         self.max_concurrency = max_concurrency
         self.timeout_seconds = timeout_seconds
@@ -388,7 +407,7 @@ class OpenAIEngine:
                    temperature=spec.temperature, top_p=spec.top_p, seed=spec.seed,
                    chat_template_kwargs=spec.chat_template_kwargs, api_key=api_key,
                    max_concurrency=spec.max_concurrency, timeout_seconds=spec.timeout_seconds,
-                   max_retries=spec.max_retries, extended_sampling=kind in EXTENDED_SAMPLING_SERVERS)
+                   max_retries=spec.max_retries, server_kind=kind)
 
     # ------------------------------------------------------------------ one request
 

@@ -53,7 +53,7 @@ def _default_reply(body: dict, n: int) -> dict:
 
 
 def build_app(reply: Callable[[dict, int], Any] = _default_reply, models=(STUB_MODEL,), owned_by: str = "stub",
-              record: list | None = None) -> web.Application:
+              record: list | None = None, model_fields: dict | None = None) -> web.Application:
     counter = {"n": 0}
 
     async def chat(request: web.Request) -> web.Response:
@@ -73,8 +73,8 @@ def build_app(reply: Callable[[dict, int], Any] = _default_reply, models=(STUB_M
         return web.Response(status=status, text=str(payload), headers=headers)
 
     async def list_models(request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": m, "object": "model", "owned_by": owned_by}
-                                                             for m in models]})
+        return web.json_response({"object": "list", "data": [
+            {"id": m, "object": "model", "owned_by": owned_by, **(model_fields or {})} for m in models]})
 
     async def health(request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -90,11 +90,11 @@ class StubChatServer:
     """The stub on 127.0.0.1 (a free port), served by an event loop in a daemon thread of this process."""
 
     def __init__(self, reply: Callable[[dict, int], Any] = _default_reply, models=(STUB_MODEL,),
-                 owned_by: str = "stub", port: int | None = None):
+                 owned_by: str = "stub", port: int | None = None, model_fields: dict | None = None):
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.received: list[dict] = []
-        self._app = build_app(reply, models, owned_by, self.received)
+        self._app = build_app(reply, models, owned_by, self.received, model_fields)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="stub-server", daemon=True)
         self._runner: web.AppRunner | None = None

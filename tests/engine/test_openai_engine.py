@@ -68,8 +68,12 @@ def test_greedy_pins_every_sampling_setting_and_sends_template_kwargs_only_when_
     assert "top_k" not in body and "repetition_penalty" not in body  # a hosted API refuses fields it does not know
     plain = request_body([], oe.Decoding("m", 64), "k")
     assert "chat_template_kwargs" not in plain
-    vllm = request_body([], oe.Decoding("m", 64, extended_sampling=True), "k")
+    vllm = request_body([], oe.Decoding("m", 64, server_kind="vllm"), "k")
     assert (vllm["top_k"], vllm["min_p"], vllm["repetition_penalty"]) == (-1, 0.0, 1.0)
+    # transformers serve samples only where the model's generation_config says so, and with its top_k: pinned.
+    serve = request_body([], oe.Decoding("m", 64, temperature=0.7, server_kind="transformers"), "k")
+    assert json.loads(serve["generation_config"]) == {"do_sample": True, "top_k": 0}
+    assert "generation_config" not in request_body([], oe.Decoding("m", 64, server_kind="transformers"), "k")
 
 
 def test_sampling_sends_one_request_per_sample_key_with_a_seed_of_that_key():
@@ -232,7 +236,9 @@ def test_preflight_names_the_url_and_the_models_it_serves():
             check_servers([stub.base_url], "org/c", None)
         assert check_servers([stub.base_url], "org/a", None) == ""
     with StubChatServer(owned_by="vllm") as stub:
-        assert check_servers([stub.base_url], STUB_MODEL, None) == "vllm"  # greedy then pins vLLM's extra fields
+        assert check_servers([stub.base_url], STUB_MODEL, None) == "vllm"  # requests then pin vLLM's extra fields
+    with StubChatServer(owned_by="local", model_fields={"status": {"value": "loaded"}}) as stub:
+        assert check_servers([stub.base_url], STUB_MODEL, None) == "transformers"  # how transformers serve lists
 
 
 def test_engine_keys_are_checked_when_the_recipe_loads():

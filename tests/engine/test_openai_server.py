@@ -316,3 +316,36 @@ def _listening(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_two_processes_each_their_own_client_give_the_same_rows(reference, servers, models):
+    """`accelerate launch` with the server engine: each rank is a client of the same server, keys striped."""
+    tmp, _, rows = reference
+    recipe = openai_recipe(reference, servers, models, "two_procs")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file",
+         str(root / "accelerate_configs/cpu_2proc.yaml"), "--num_processes", "2", "--main_process_port",
+         str(free_port()), "-m", "rsgen", "run", "--config", str(recipe)],
+        env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    finish(proc)
+    ranks = {part.name.split("-rank")[1][:5] for part in (tmp / "two_procs" / "work" / "generate").glob("*.jsonl")}
+    assert ranks == {"00000", "00001"}  # both ranks asked the server
+    assert dataset_rows(tmp / "two_procs") == rows
+
+
+def test_explore_samples_through_the_server_are_the_same_on_a_rerun(reference, servers, models):
+    """Sampling sends one request per sample key with a seed of that key: two runs draw the same samples."""
+    tmp, _, _ = reference
+    drawn = []
+    for name in ("explore_a", "explore_b"):
+        recipe = openai_recipe(reference, servers, models, name, judge=False, explore_samples=2,
+                               explore_stop="never", explore_temperature=1.0)
+        finish(rsgen("run", "--config", str(recipe)))
+        drawn.append({r["key"]: r["response"] for r in records(tmp / name / "work" / "explore")})
+    assert len(drawn[0]) == 36 and drawn[0] == drawn[1]
+    by_question: dict[str, set[str]] = {}
+    for key, response in drawn[0].items():
+        by_question.setdefault(key.split("#")[0], set()).add(response)
+    assert any(len(responses) > 1 for responses in by_question.values())  # each sample key its own seed
