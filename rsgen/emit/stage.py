@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import yaml
 
 from rsgen.config import RecipeConfig
-from rsgen.emit.card import write_card
+from rsgen.emit.card import check_template, write_card
 from rsgen.emit.splits import (
     EmitError,
     FamilyRouting,
@@ -195,6 +195,7 @@ def run_emit(recipe: RecipeConfig) -> Path:
         from rsgen.emit.push import check_hub_access
 
         check_hub_access(recipe)
+    check_template(recipe.card_template)
     layout = OutputLayout(recipe.output_dir)
     prepared = open_prepared(recipe.output_dir)
     work = WorkRecords.load(layout.generate_work, layout.judge_work, judge_enabled=recipe.judge,
