@@ -75,14 +75,14 @@ STAGES = {
     "judge": "the text-only second look at rejections",
     "emit": "the dataset, its card and the upload",
 }
-"""The `stage` of every RecipeConfig key: `rsgen run --help` and the README key table group keys under these."""
+"""The `stage` of every RecipeConfig key: `rsgen run --help` and the key tables of docs/recipes.md group keys under these."""
 
 
 @dataclass
 class RecipeConfig:
     """Everything a run needs. Every key can be set in the YAML file or overridden as `--key value`.
 
-    Each field carries `metadata={"stage": ..., "help": ...}`: `rsgen run --help` and the README key table are
+    Each field carries `metadata={"stage": ..., "help": ...}`: `rsgen run --help` and the key tables of docs/recipes.md are
     built from it, so a new key is documented where it is declared.
     """
 
@@ -375,7 +375,7 @@ def default_text(f: dataclasses.Field) -> str:
 
 
 def keys_markdown() -> str:
-    """The README's key tables, generated from the field metadata (scripts/update_readme_keys.py writes them)."""
+    """The key tables of docs/recipes.md, generated from the field metadata (scripts/update_readme_keys.py writes them)."""
 
     def row(f):
         default = default_text(f)
