@@ -9,9 +9,11 @@ of a stage with no work yet may change, and the change is recorded in run.json.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import importlib.metadata
 import json
 import os
+import tempfile
 from typing import Any
 
 from accelerate import PartialState
@@ -24,7 +26,7 @@ from rsgen.explore import run_explore
 from rsgen.generate import run_generate
 from rsgen.judge import run_judge
 from rsgen.layout import OutputLayout
-from rsgen.lock import locked_output_dir
+from rsgen.lock import locked_output_dir, output_dir_errors, unwritable
 from rsgen.prepare import run_prepare
 from rsgen.schema import prepared_shards
 from rsgen.store import distributed_state
@@ -128,7 +130,8 @@ def check_and_write_run_json(recipe: RecipeConfig, state: PartialState) -> None:
             )
     state.wait_for_everyone()
     if state.is_main_process:
-        layout.root.mkdir(parents=True, exist_ok=True)
+        with output_dir_errors(recipe.output_dir):
+            layout.root.mkdir(parents=True, exist_ok=True)
         run = {
             "pinned": pinned,
             "recipe": recipe.to_dict(),
@@ -142,7 +145,8 @@ def check_and_write_run_json(recipe: RecipeConfig, state: PartialState) -> None:
             # Keys changed while their stage had no work yet: allowed, and kept here.
             "recipe_changes": previous.get("recipe_changes", []) + changes,
         }
-        _write_json(layout.run_json, run)
+        with output_dir_errors(recipe.output_dir):  # the run's first file
+            _write_json(layout.run_json, run)
     state.wait_for_everyone()
 
 
@@ -178,16 +182,23 @@ def _mark_stage(recipe: RecipeConfig, stage: str, started: str) -> None:
 
 
 def check_output_dir(output_dir: str) -> None:
-    """The output directory can be written (checked on the nearest existing folder; nothing is created)."""
+    """The output directory can be written: tried, by making and removing a folder in the nearest existing one
+    (`os.access` says yes to root where nothing can be made, e.g. under /proc). Leaves nothing behind."""
     path = os.path.abspath(output_dir)
     if os.path.exists(path) and not os.path.isdir(path):
         raise RecipeError(f"output_dir {output_dir!r} is a file, not a directory; set output_dir to a directory")
     existing = path
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
-    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
-        raise RecipeError(f"output_dir {output_dir!r} cannot be written ({existing!r} is not writable): set "
-                          "output_dir to a folder you can write, or fix its permissions")
+    if not os.path.isdir(existing):
+        raise RecipeError(f"output_dir {output_dir!r} cannot be written ({existing!r} is a file); set output_dir to "
+                          "a folder you can write")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".rsgen-write-check-", dir=existing))
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise unwritable(output_dir, err, creating=f"a folder in {existing!r}") from None
 
 
 def check_before_work(recipe: RecipeConfig, stages: tuple[str, ...]) -> None:
