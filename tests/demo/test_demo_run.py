@@ -11,7 +11,7 @@ import datasets
 import pytest
 from card_figures import assert_card_figures_match_stats
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.floors]  # floors: load_dataset on the output
 
 
 def hf_home_of(output_dir: Path) -> Path:

@@ -12,6 +12,9 @@ import torch
 from rsgen.engine.models import load_model_and_processor
 from rsgen.layout import OutputLayout
 
+# TRL's trainers: .ci/run runs these on the floors too
+pytestmark = pytest.mark.floors
+
 
 def _trainable_snapshot(model):
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
