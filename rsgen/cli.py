@@ -64,6 +64,8 @@ def _build_parser() -> argparse.ArgumentParser:
     add_recipe_command("explore", "sample beyond the greedy answer (explore_samples > 0): pass rates, on-policy pairs (resumable)")
     add_recipe_command("judge", "re-examine verifier rejections with the model as a text-only judge (resumable)")
     add_recipe_command("emit", "write the dataset splits, TRL views, stats.json and the card")
+    add_recipe_command("iterate", "rounds of the pipeline and TRL fine-tuning on what was accepted, measured on a "
+                                  "held-out slice (resumable)")
 
     demo = sub.add_parser("demo", help="the whole pipeline on the embedded demo pool and the shipped demo model",
                           parents=[common])
@@ -195,6 +197,13 @@ def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace, rest
         from rsgen.pipeline import run_pipeline
 
         run_pipeline(recipe)
+    elif args.command == "iterate":
+        from rsgen.iterate import run_iterate
+        from rsgen.iterate.report import print_rounds_table
+
+        data = run_iterate(recipe)
+        if is_main_process():
+            print_rounds_table(data)
     else:
         from rsgen.pipeline import run_stage
 

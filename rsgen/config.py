@@ -74,6 +74,7 @@ STAGES = {
     "explore": "sampling beyond the greedy answer: pass rates, on-policy DPO pairs, a GRPO view",
     "judge": "the text-only second look at rejections",
     "emit": "the dataset, its card and the upload",
+    "iterate": "`rsgen iterate`: rounds of rejection sampling and fine-tuning on what was accepted",
 }
 """The `stage` of every RecipeConfig key: `rsgen run --help` and the README key table group keys under these."""
 
@@ -144,6 +145,12 @@ class RecipeConfig:
     hub_dataset_id: str | None = field(default=None, metadata={"stage": "emit", "help": "USER/NAME of the dataset repository to upload to"})
     hub_private: bool = field(default=False, metadata={"stage": "emit", "help": "create the repository private"})
     demo: bool = field(default=False, metadata={"stage": "emit", "help": "the card says this is a demo dataset (it always does when the demo model answered or judged)"})
+
+    iterate_rounds: int = field(default=2, metadata={"stage": "iterate", "help": "fine-tuning rounds: round k answers with model k (model 0 = model_name_or_path) and trains model k+1 on its accepted pairs; rounds 0..iterate_rounds are measured"})
+    iterate_train: dict[str, Any] = field(default_factory=dict, metadata={"stage": "iterate", "help": "TRL SFTConfig arguments of each round's fine-tuning, e.g. {learning_rate: 2.0e-5, num_train_epochs: 1} (output_dir is rsgen's)"})
+    iterate_from: str = field(default="previous", metadata={"stage": "iterate", "help": "previous = round k fine-tunes model k (STaR-style); base = every round fine-tunes model_name_or_path afresh (ReST-EM)"})
+    iterate_eval_fraction: float = field(default=0.2, metadata={"stage": "iterate", "help": "share of each family's images held out: measured every round, never trained on"})
+    iterate_stop_when_worse: bool = field(default=True, metadata={"stage": "iterate", "help": "stop when a round's held-out verifier accept rate falls below the round before"})
 
     # ------------------------------------------------------------------ helpers
 
@@ -283,6 +290,12 @@ def validate_recipe(recipe: RecipeConfig) -> None:
         raise RecipeError(f"explore_top_p must be in (0, 1], got {recipe.explore_top_p}")
     if recipe.explore_stop not in ("paired", "never"):
         raise RecipeError(f"explore_stop must be paired or never, got {recipe.explore_stop!r}")
+    if recipe.iterate_rounds < 0:
+        raise RecipeError(f"iterate_rounds must be >= 0 (0 = measure the base model only), got {recipe.iterate_rounds}")
+    if recipe.iterate_from not in ("previous", "base"):
+        raise RecipeError(f"iterate_from must be previous or base, got {recipe.iterate_from!r}")
+    if not 0 < recipe.iterate_eval_fraction < 1:
+        raise RecipeError(f"iterate_eval_fraction must be between 0 and 1 (exclusive), got {recipe.iterate_eval_fraction!r}")
     if recipe.push_to_hub and not recipe.hub_dataset_id:
         raise RecipeError("push_to_hub: true needs hub_dataset_id: USER/NAME")
     from rsgen.verify import VERIFIERS  # late import: verify imports nothing from config

@@ -163,10 +163,14 @@ def user_turn(question: str) -> list[dict]:
 
 # Emitted splits add the model and verifier to clean_meta.
 EMITTED_CLEAN_META = {**CLEAN_META, "model": Value("string"), "verifier": Value("string")}
+# The final dataset of `rsgen iterate` adds, per row, the round whose model answered each QA pair of `qa` (in
+# order): an accepted pair comes from the first round that got it right, a rejected one from the last round.
+ITERATE_CLEAN_META = {**EMITTED_CLEAN_META, "qa_rounds": List(Value("int32"))}
 
 
-def split_features(kind: str) -> Features:
-    """Features of `{Family}_RS_think`, `{Family}_RS_nothink` and `{Family}_rejected` (kind = think|nothink|rejected)."""
+def split_features(kind: str, rounds: bool = False) -> Features:
+    """Features of `{Family}_RS_think`, `{Family}_RS_nothink` and `{Family}_rejected` (kind = think|nothink|rejected);
+    `rounds`: with `clean_meta.qa_rounds` (the final dataset of `rsgen iterate`)."""
     qa = {"question": Value("string"), "answer": Value("string")}
     if kind == "think":
         qa["response"] = Value("string")
@@ -180,7 +184,7 @@ def split_features(kind: str) -> Features:
             "image": Image(),
             "image_sha256": Value("string"),
             "qa": List(qa),
-            "clean_meta": EMITTED_CLEAN_META,
+            "clean_meta": ITERATE_CLEAN_META if rounds else EMITTED_CLEAN_META,
         }
     )
 

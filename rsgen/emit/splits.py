@@ -62,6 +62,7 @@ class PairOutcome:
     promoted: str | None = None  # accepted by the judge: the candidate it promoted
     withheld_candidate: str | None = None  # the first candidate whose CORRECT the gate withheld
     explore: ExploreOutcome | None = None  # with an explore pass: pass rate and on-policy pair (`with_explore`)
+    round: int | None = None  # `rsgen iterate`'s final dataset: the round whose model answered
 
 
 @dataclass
@@ -117,6 +118,10 @@ class WorkRecords:
         if family not in cache:
             cache[family] = judge_trusted(*self.known_wrong_counts(family), self.min_specificity)
         return cache[family]
+
+    def outcome(self, qa: dict[str, Any]) -> PairOutcome:
+        """Where the QA pair goes by the routing rules (`rsgen iterate` merges rounds by overriding this)."""
+        return route_pair(qa, self)
 
     def judge_needed(self) -> bool:
         """Whether any sample is one the judge must grade (verifier rejection with an extractable answer)."""
