@@ -45,12 +45,12 @@ from rsgen.emit.stats import (
     config_features,
     config_name,
     family_stats,
-    gate_warnings,
     write_stats,
     written_kinds,
 )
 from rsgen.emit.trl_views import VIEWS
 from rsgen.layout import OutputLayout
+from rsgen.routing import gate_warnings
 from rsgen.schema import PreparedPool, open_prepared
 from rsgen.shards import ParquetShardWriter, swap_dir_into_place, written_sizes
 
@@ -189,8 +189,18 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def run_emit(recipe: RecipeConfig) -> Path:
-    """Write OUTPUT_DIR/dataset/ (splits, TRL views, card, assets) and OUTPUT_DIR/stats.json; push if asked."""
+def check_emit(recipe: RecipeConfig) -> None:
+    """Pre-flight: the recipe's views exist (and have the explore pass they need); a push can reach the Hub."""
+    written_kinds(recipe.views, explore=recipe.explore_samples > 0)
+    if recipe.push_to_hub:
+        from rsgen.emit.push import check_hub_access
+
+        check_hub_access(recipe)
+
+
+def run_emit(recipe: RecipeConfig, state=None) -> Path:
+    """Write OUTPUT_DIR/dataset/ (splits, TRL views, card, assets) and OUTPUT_DIR/stats.json; push if asked.
+    One writer: the pipeline calls it on the main process only (`state` is unused)."""
     if recipe.push_to_hub:  # fail before writing anything when the push cannot happen
         from rsgen.emit.push import check_hub_access
 
@@ -223,7 +233,10 @@ def run_emit(recipe: RecipeConfig) -> Path:
                                   report, recipe.max_new_tokens, recipe.judge_min_specificity)
         for plan in families.values()
     }
-    for warning in gate_warnings(stats_families, recipe.judge_min_specificity):
+    gate = {family: ((fam["calibration"] or {}).get("known_wrong_rejected", 0),
+                     (fam["calibration"] or {}).get("known_wrong_total", 0), fam["judge"]["withheld"])
+            for family, fam in stats_families.items() if fam["judge"]["enabled"]}
+    for warning in gate_warnings(gate, recipe.judge_min_specificity):
         logger.warning(warning)
     stats = build_stats(recipe, stats_families, _read_json(layout.run_json), report, outside)
 

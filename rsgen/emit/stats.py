@@ -14,9 +14,11 @@ from typing import Any
 from datasets import Features
 
 from rsgen.config import DEMO_DATASET, DEMO_MODEL, RecipeConfig, RecipeError, SourceConfig
+from rsgen.emit import STAGE
 from rsgen.emit.explored import PASS_RATE_BINS
 from rsgen.emit.splits import FamilyRouting
 from rsgen.emit.trl_views import VIEWS
+from rsgen.records import CORRECT, UNSURE, WRONG
 from rsgen.routing import judge_trusted, specificity
 from rsgen.schema import split_features
 
@@ -125,10 +127,16 @@ def _parse_time(text: str | None) -> _dt.datetime | None:
 
 
 def stage_wall_times(run: dict[str, Any] | None) -> dict[str, Any]:
-    """Seconds per finished stage as run.json records them (the last invocation of each stage)."""
+    """Seconds per finished stage before this emit, as run.json records them (the last invocation of each stage),
+    in the pipeline's order: each entry's `position` in `rsgen.pipeline.STAGES` (entries written by an older rsgen
+    have none: they follow, by start time)."""
+    recorded = (run or {}).get("stages") or {}
+    names = sorted((name for name in recorded if name != STAGE.name),  # this emit has not finished yet
+                   key=lambda name: (recorded[name].get("position", len(recorded)),
+                                     recorded[name].get("started_at") or "", name))
     stages = {}
-    for name in ("prepare", "generate", "explore", "judge"):
-        entry = ((run or {}).get("stages") or {}).get(name) or {}
+    for name in names:
+        entry = recorded[name] or {}
         start, end = _parse_time(entry.get("started_at")), _parse_time(entry.get("finished_at"))
         if start and end:
             stages[name] = round((end - start).total_seconds(), 1)
@@ -153,20 +161,6 @@ def gate_stats(calibration: dict[str, int] | None, min_specificity: float) -> di
             "withheld": not judge_trusted(rejected, total, min_specificity)}
 
 
-def gate_warnings(families: dict[str, dict[str, Any]], min_specificity: float) -> list[str]:
-    """One line per family whose judge promotions the leniency gate withheld."""
-    out = []
-    for family, fam in families.items():
-        judge = fam["judge"]
-        if not judge["enabled"] or not judge["gate"]["withheld"]:
-            continue
-        calib = fam["calibration"] or {"known_wrong_rejected": 0, "known_wrong_total": 0}
-        measured = (f"said WRONG to only {calib['known_wrong_rejected']}/{calib['known_wrong_total']} known-wrong "
-                    f"pairs ({judge['gate']['specificity']:.1%})" if calib["known_wrong_total"]
-                    else "could not be measured on known-wrong pairs")
-        out.append(f"family {family}: the judge {measured}, below judge_min_specificity {min_specificity:.0%}; "
-                   f"{judge['withheld']} promotion(s) withheld (reason judge_withheld)")
-    return out
 def explore_stats(tally: FamilyRouting, plans: dict[str, SplitPlan]) -> dict[str, Any] | None:
     """What the explore pass found in a family (None without one): the pass-rate histogram over questions,
     on-policy pairs found, responses drawn (greedy included) and the share of questions in the learnable zone."""
@@ -225,9 +219,9 @@ def family_stats(family: str, tally: FamilyRouting, plans: dict[str, SplitPlan],
             "judged": sum(tally.judge_verdicts.values()),
             "promoted": tally.judge_promoted_qa,
             "withheld": tally.judge_withheld,
-            "correct": tally.judge_verdicts.get("CORRECT", 0),
-            "wrong": tally.judge_verdicts.get("WRONG", 0),
-            "unsure": tally.judge_verdicts.get("UNSURE", 0),
+            "correct": tally.judge_verdicts.get(CORRECT, 0),
+            "wrong": tally.judge_verdicts.get(WRONG, 0),
+            "unsure": tally.judge_verdicts.get(UNSURE, 0),
             "gate": gate_stats(calibration, min_specificity),
             "promotions": list(tally.promotions),  # up to 10 promoted pairs, to spot-check
             "withheld_promotions": list(tally.withheld_promotions),  # up to 10 the gate withheld

@@ -24,6 +24,7 @@ from typing import Any
 
 from rsgen.config import RecipeConfig, RecipeError
 from rsgen.layout import OutputLayout
+from rsgen.prepare import STAGE
 from rsgen.prepare.cleaning import (
     FAMILY_NAME,
     STEPS,
@@ -273,28 +274,30 @@ class Batch:
 # ------------------------------------------------------------------------------------------------ the stage
 
 
-def recipe_fingerprint(recipe: RecipeConfig) -> str:
-    """What the prepared pool depends on; a finished pool with another fingerprint is redone."""
-    pinned = {
-        "sources": [dataclasses.asdict(s) for s in recipe.sources],
-        "instruction": recipe.instruction,
-        "max_image_pixels": recipe.max_image_pixels,
-        "max_aspect_ratio": recipe.max_aspect_ratio,
-        "shard_size_mb": recipe.shard_size_mb,
-        "policy_version": POLICY_VERSION,
-        "steps": {k: v[0] for k, v in STEPS.items()},
-    }
+def recipe_fingerprint(recipe: RecipeConfig, **also: Any) -> str:
+    """What the prepared pool depends on: prepare's pinned recipe keys (the `pin` metadata of RecipeConfig, the
+    same keys run.json pins), the cleaning policy and the versions of its steps. A finished pool with another
+    fingerprint is redone.
+
+    `shard_size_mb` is not among them: it decides where one shard file ends, not a row or the order of the rows
+    (readers see one pool, row positions counted across the shards), so a pool written at another shard size is
+    the same pool and is reused as it is; emit writes dataset/ at the current size on every run."""
+    values = recipe.to_dict()
+    pinned = {key: values[key] for key in STAGE.pins}
+    pinned.update(policy_version=POLICY_VERSION, steps={k: v[0] for k, v in STEPS.items()}, **also)
     return hashlib.sha256(json.dumps(pinned, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _finished_report(layout: OutputLayout, fingerprint: str) -> dict | None:
+def _finished_report(layout: OutputLayout, recipe: RecipeConfig, fingerprint: str) -> dict | None:
     if not layout.prepare_report.exists():
         return None
     try:
         report = json.loads(layout.prepare_report.read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    if report.get("recipe_fingerprint") != fingerprint:
+    # Pools written before shard_size_mb stopped counting have it in their fingerprint: the same pool.
+    if report.get("recipe_fingerprint") not in (fingerprint, recipe_fingerprint(recipe,
+                                                                                shard_size_mb=recipe.shard_size_mb)):
         return None
     if not all((layout.prepared / name).exists() for name in report.get("shards", [])):
         return None
@@ -308,7 +311,7 @@ def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
     layout = OutputLayout(recipe.output_dir)
     fingerprint = recipe_fingerprint(recipe)
     if not force:
-        finished = _finished_report(layout, fingerprint)
+        finished = _finished_report(layout, recipe, fingerprint)
         if finished is not None:
             logger.info("prepare: %s is finished for this recipe; reusing it", layout.prepared)
             return finished
