@@ -414,17 +414,24 @@ def default_text(f: dataclasses.Field) -> str:
 
 
 def keys_markdown() -> str:
-    """The README's key tables, generated from the field metadata (scripts/update_readme_keys.py writes them)."""
+    """The README's key tables, generated from the field metadata (scripts/update_readme_keys.py writes them):
+    per key its default, the stages that read it (the one whose work it is pinned with in bold) and its help."""
 
-    def row(f):
+    def default_cell(f):
         default = default_text(f)
-        return f"| `{f.name}` | {f'`{default}`' if default else ''} | {f.metadata['help']} |"
+        return f"`{default}`" if default else ""
+
+    def read_by(f):
+        if readers(f) == EVERY_STAGE:
+            return "every stage"
+        return ", ".join(f"**{stage}**" if stage == pinned_by(f) else stage for stage in readers(f))
 
     lines = []
     for stage, fields in recipe_keys_by_stage().items():
-        lines += [f"**{stage}**: {STAGES[stage]}", "", "| key | default | |", "| --- | --- | --- |"]
-        lines += [row(f) for f in fields] + [""]
+        lines += [f"**{stage}**: {STAGES[stage]}", "", "| key | default | read by (**pinned**) | |",
+                  "| --- | --- | --- | --- |"]
+        lines += [f"| `{f.name}` | {default_cell(f)} | {read_by(f)} | {f.metadata['help']} |" for f in fields] + [""]
     lines += ["**sources**: each entry of `sources:`", "", "| key | default | |", "| --- | --- | --- |"]
-    lines += [row(f) for f in dataclasses.fields(SourceConfig)]
+    lines += [f"| `{f.name}` | {default_cell(f)} | {f.metadata['help']} |" for f in dataclasses.fields(SourceConfig)]
     return "\n".join(lines) + "\n"
 
