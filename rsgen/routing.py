@@ -4,7 +4,8 @@ stage selects its work with them, emit routes every QA pair with them).
 - A generate record is judged when the verifier rejected it and it has an extractable answer (`needs_judging`),
   unless the rejection is decisive and `judge_scope` is `undecided` (the default): a number outside the
   verifier's tolerance, or a different option letter, stays `wrong_answer` without asking the judge
-  (`rsgen.verify.decisive`). Pairs with nothing extractable stay rejected as `no_answer`.
+  (`rsgen.verify.decisive`). Pairs with nothing extractable stay rejected as `no_answer`, pairs whose reference
+  the verifier cannot use as `bad_input`.
 - Only a `CORRECT` verdict promotes. `WRONG` -> `wrong_answer`, `UNSURE` -> `judge_unsure`; UNSURE never counts.
 - The leniency gate: in a family where the judge said WRONG to fewer than `judge_min_specificity` of the
   known-wrong calibration pairs (or where none could be measured), a `CORRECT` is withheld: `judge_withheld`.
@@ -36,12 +37,17 @@ class JudgeMissingError(RuntimeError):
     """A pair that needs a verdict has none: the judge stage did not finish."""
 
 
+# Rejections no judge can rescue: nothing was answered, or the reference itself cannot be used (bad_input: never
+# judged, never promoted, never a DPO pair; it stays bad_input in every count).
+UNJUDGEABLE_REASONS = ("no_answer", "bad_input")
+
+
 def needs_judging(generate_record: dict[str, Any]) -> bool:
-    """A verifier rejection with an extractable answer (before the decisive rule)."""
+    """A verifier rejection with an extractable answer and a usable reference (before the decisive rule)."""
     return (
         not generate_record["match"]
         and generate_record.get("extracted") is not None
-        and generate_record.get("reason") != "no_answer"
+        and generate_record.get("reason") not in UNJUDGEABLE_REASONS
     )
 
 

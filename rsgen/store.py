@@ -250,6 +250,9 @@ def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine
         mine = [k for k in keys if group(k) in my_groups]
     done = store.done_keys()
     pending = [k for k in mine if k not in done]
+    if state.is_main_process:  # what a rerun found, over every rank's parts
+        left = sum(k not in done for k in keys)
+        logger.info(f"{stage.name}: {len(keys) - left:,} of {len(keys):,} {stage.unit}s already done, {left:,} to go")
     summary = KeyedWorkSummary(state.process_index, state.num_processes, total=len(keys), assigned=len(mine),
                                already_done=len(mine) - len(pending))
     if pending:

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import yaml
 
 from rsgen.config import RecipeConfig
-from rsgen.emit.card import write_card
+from rsgen.emit.card import default_config, write_card
 from rsgen.emit.splits import (
     EmitError,
     FamilyRouting,
@@ -46,6 +46,7 @@ from rsgen.emit.stats import (
     config_name,
     family_stats,
     gate_warnings,
+    stats_table,
     write_stats,
     written_kinds,
 )
@@ -233,6 +234,11 @@ def run_emit(recipe: RecipeConfig) -> Path:
     write_stats(layout.stats_json, stats)
     written = sum(1 for plan in families.values() for split in plan.plans.values() if split.rows)
     _log(f"dataset written to {layout.dataset} ({written} configs); stats in {layout.stats_json}")
+    _log("final table:\n" + stats_table(stats))
+    if default_config(stats) is None:
+        logger.warning(f"no default config: no family has accepted QA pairs in an `_sft` view, so "
+                       f"`load_dataset({str(layout.dataset)!r})` needs a config name (the rejected splits are never "
+                       "the default)")
 
     if recipe.push_to_hub:
         from rsgen.emit.push import push_dataset
