@@ -8,6 +8,7 @@ of a stage with no work yet may change, and the change is recorded in run.json.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import importlib.metadata
 import json
@@ -25,7 +26,7 @@ from rsgen.generate import run_generate
 from rsgen.judge import run_judge
 from rsgen.layout import OutputLayout
 from rsgen.lock import locked_output_dir
-from rsgen.prepare import run_prepare
+from rsgen.prepare import check_prepare, run_prepare
 from rsgen.schema import prepared_shards
 from rsgen.store import distributed_state
 
@@ -193,7 +194,8 @@ def check_output_dir(output_dir: str) -> None:
 def check_before_work(recipe: RecipeConfig, stages: tuple[str, ...]) -> None:
     """What can be known wrong before any work, each a one-line RecipeError naming the value and the fix: the
     models of the stages to run (config only), the output directory, the prepared pool a later stage reads, the
-    emitted views, the Hub access of a push. Creates nothing."""
+    emitted views, the Hub access of a push, the sources prepare will read (files, declared columns). Creates
+    nothing: a recipe error found here leaves the output_dir as it was."""
     if "generate" in stages:
         check_engine(recipe, "generate")
     if "explore" in stages and recipe.explore_samples:
@@ -201,6 +203,8 @@ def check_before_work(recipe: RecipeConfig, stages: tuple[str, ...]) -> None:
     if "judge" in stages and recipe.judge:
         check_engine(recipe, "judge")
     check_output_dir(recipe.output_dir)
+    if "prepare" in stages:
+        check_prepare(recipe)
     if "prepare" not in stages and not prepared_shards(recipe.output_dir):
         prepared = OutputLayout(recipe.output_dir).prepared
         raise RecipeError(f"no prepared pool in {str(prepared)!r}: run `rsgen prepare --config RECIPE` first "
@@ -213,6 +217,25 @@ def check_before_work(recipe: RecipeConfig, stages: tuple[str, ...]) -> None:
             check_hub_access(recipe)
 
 
+@contextlib.contextmanager
+def _left_as_it_was_on_recipe_error(recipe: RecipeConfig, state: PartialState):
+    """A recipe error that left nothing but the run.json this run wrote (a JSON source without a named key, found as
+    prepare reads it) takes back that run.json and the output_dir it created, so the corrected recipe starts there
+    as on a fresh folder. (Errors found before the run starts never write anything: `check_before_work`.)"""
+    layout = OutputLayout(recipe.output_dir)
+    existed, had_run_json = layout.root.exists(), layout.run_json.exists()
+    try:
+        yield
+    except RecipeError:
+        made_only_run_json = layout.root.is_dir() and [p.name for p in layout.root.iterdir()] == [layout.run_json.name]
+        if state.is_main_process and not had_run_json and made_only_run_json:
+            layout.run_json.unlink()
+            if not existed:
+                with contextlib.suppress(OSError):  # only when empty: nothing else is removed
+                    layout.root.rmdir()
+        raise
+
+
 def run_stage(name: str, recipe: RecipeConfig, state: PartialState | None = None, checked: bool = False) -> None:
     if name not in STAGES:
         raise RecipeError(f"unknown stage {name!r}; choose one of {', '.join(STAGES)}")
@@ -221,7 +244,7 @@ def run_stage(name: str, recipe: RecipeConfig, state: PartialState | None = None
         _run_stage_work(name, recipe, state)
         return
     check_before_work(recipe, (name,))
-    with locked_output_dir(recipe.output_dir, state):
+    with _left_as_it_was_on_recipe_error(recipe, state), locked_output_dir(recipe.output_dir, state):
         # Every stage checks the recipe against the work on disk (emit writes what the work says).
         check_and_write_run_json(recipe, state)
         _run_stage_work(name, recipe, state)
@@ -251,7 +274,7 @@ def _run_stage_work(name: str, recipe: RecipeConfig, state: PartialState) -> Non
 def run_pipeline(recipe: RecipeConfig) -> None:
     check_before_work(recipe, STAGES)  # a wrong model or output_dir fails here, before prepare
     state = distributed_state()
-    with locked_output_dir(recipe.output_dir, state):
+    with _left_as_it_was_on_recipe_error(recipe, state), locked_output_dir(recipe.output_dir, state):
         check_and_write_run_json(recipe, state)
         for stage in STAGES:
             if stage == "explore" and not recipe.explore_samples:

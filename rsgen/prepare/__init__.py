@@ -16,4 +16,13 @@ def run_prepare(recipe, force: bool = False) -> dict:
     return _run(recipe, force=force)
 
 
-__all__ = ["run_prepare"]
+def check_prepare(recipe) -> None:
+    """Raise the recipe errors prepare can find before reading a row, unless prepared/ is finished for this recipe
+    (then prepare reuses it and reads nothing). Writes nothing: a bad recipe leaves the output_dir as it was."""
+    from rsgen.prepare.stage import check_sources, prepare_finished
+
+    if not prepare_finished(recipe):
+        check_sources(recipe)
+
+
+__all__ = ["check_prepare", "run_prepare"]

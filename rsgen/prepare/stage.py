@@ -37,7 +37,7 @@ from rsgen.prepare.cleaning import (
     qa_id,
 )
 from rsgen.prepare.images import ImageJob, ImagePack, ImageResult, encode_pil, inline_image, process_images
-from rsgen.prepare.sources import RawRow, describe_source, iter_raw_rows, source_where
+from rsgen.prepare.sources import RawRow, check_source, describe_source, iter_raw_rows, source_where
 from rsgen.prepare.writer import ExternalSorter
 from rsgen.schema import POLICY_VERSION, PREPARED_FEATURES, PREPARED_SHARD_PREFIX
 from rsgen.shards import ParquetShardWriter, swap_dir_into_place
@@ -88,7 +88,7 @@ class Report:
         self.source_rows = [0] * num_sources
         self.family_rows: Counter = Counter()
         self.images = {"checked": 0, "dropped": Counter(), "converted": Counter()}
-        self.examples: dict[str, list[dict]] = {}  # reason -> the first EXAMPLES_PER_REASON rows dropped for it
+        self.examples: dict[str, list[dict]] = {}  # reason -> the first EXAMPLES_PER_REASON rows dropped or merged for it
 
     def _tallies(self, family: str, source: int) -> tuple[Tally, ...]:
         if family not in self.families:
@@ -108,10 +108,14 @@ class Report:
         if len(shown) < EXAMPLES_PER_REASON:
             shown.append(example)
 
-    def merge(self, family: str, source: int, reason: str, n: int = 1) -> None:
+    def merge(self, family: str, source: int, reason: str, n: int = 1, *, example: dict) -> None:
+        """Count `n` QA pairs merged into another for `reason`; `example` says which row and into which."""
         for t in self._tallies(family, source):
             t.merged_qa_pairs += n
             t.merged[reason] += n
+        shown = self.examples.setdefault(reason, [])
+        if len(shown) < EXAMPLES_PER_REASON:
+            shown.append(example)
 
     def keep(self, family: str, source: int) -> None:
         for t in self._tallies(family, source):
@@ -301,36 +305,56 @@ def _finished_report(layout: OutputLayout, fingerprint: str) -> dict | None:
     return report
 
 
-def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
-    """Write OUTPUT_DIR/prepared/ (parquet shards + prepare_report.json) and return the report."""
+def check_sources(recipe: RecipeConfig) -> list[SourceRules]:
+    """Every recipe error prepare can find before reading a row (no sources, a bad template or pattern, a data
+    file that is missing or lacks a named column...), raised before anything is written; the sources' rules."""
     if not recipe.sources:
         raise RecipeError("the recipe has no `sources`: add at least one pool to prepare")
+    rules = [SourceRules.from_source(s, recipe.instruction, source_where(i)) for i, s in enumerate(recipe.sources)]
+    for i, source in enumerate(recipe.sources):
+        check_source(source, i)
+    return rules
+
+
+def prepare_finished(recipe: RecipeConfig) -> bool:
+    """Whether OUTPUT_DIR/prepared/ is a finished pool of this recipe (prepare then reuses it)."""
+    return _finished_report(OutputLayout(recipe.output_dir), recipe_fingerprint(recipe)) is not None
+
+
+def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
+    """Write OUTPUT_DIR/prepared/ (parquet shards + prepare_report.json) and return the report."""
     layout = OutputLayout(recipe.output_dir)
     fingerprint = recipe_fingerprint(recipe)
-    if not force:
+    if not force and recipe.sources:
         finished = _finished_report(layout, fingerprint)
         if finished is not None:
             logger.info("prepare: %s is finished for this recipe; reusing it", layout.prepared)
             return finished
-    rules = [SourceRules.from_source(s, recipe.instruction, source_where(i)) for i, s in enumerate(recipe.sources)]
+    rules = check_sources(recipe)
     start = time.perf_counter()
     partial = layout.prepared_partial
     shutil.rmtree(partial, ignore_errors=True)
     work = partial / "_work"
     work.mkdir(parents=True)
     report = Report(len(recipe.sources))
-    qa_sorter = ExternalSorter(work / "qa")
-    id_sorter = ExternalSorter(work / "source_ids")
-    with ImagePack(work / "images.bin") as pack:
-        with ImageWorkers(recipe.prepare_num_proc) as workers:
-            _Pass1(recipe, rules, report, pack, qa_sorter, id_sorter).run(workers)
-        conflicts = _source_id_conflicts(id_sorter)
-        # Small row groups: generate reads the pool a batch of images at a time.
-        writer = ParquetShardWriter(partial, PREPARED_FEATURES, PREPARED_SHARD_PREFIX,
-                                    max_shard_bytes=recipe.shard_size_mb * 1_000_000,
-                                    row_group_bytes=64 << 20, row_group_rows=64)
-        _write_rows(recipe, report, qa_sorter, conflicts, pack, writer)
-        shards = [path.name for path in writer.close()]
+    try:
+        qa_sorter = ExternalSorter(work / "qa")
+        id_sorter = ExternalSorter(work / "source_ids")
+        with ImagePack(work / "images.bin") as pack:
+            with ImageWorkers(recipe.prepare_num_proc) as workers:
+                _Pass1(recipe, rules, report, pack, qa_sorter, id_sorter).run(workers)
+            conflicts = _source_id_conflicts(id_sorter)
+            # Small row groups: generate reads the pool a batch of images at a time.
+            writer = ParquetShardWriter(partial, PREPARED_FEATURES, PREPARED_SHARD_PREFIX,
+                                        max_shard_bytes=recipe.shard_size_mb * 1_000_000,
+                                        row_group_bytes=64 << 20, row_group_rows=64)
+            _write_rows(recipe, report, qa_sorter, conflicts, pack, writer)
+            shards = [path.name for path in writer.close()]
+    except RecipeError:
+        # A recipe error found while reading (a JSON file without a named key): nothing half-made stays behind,
+        # so the corrected recipe runs here as on an empty output_dir.
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     shutil.rmtree(work)
     elapsed = time.perf_counter() - start
     # No timings in the report: the same recipe gives the same prepared/ folder, byte for byte.
@@ -587,7 +611,10 @@ def _write_rows(recipe, report: Report, qa_sorter: ExternalSorter, conflicts: se
             report.drop(family, qa.source_index, reason, example=example(
                 qa.source_index, qa.source_row_id, wheres[qa.seq], {"question": qa.question, "answers": qa.answers}))
         for qa in merged:
-            report.merge(family, qa.source_index, "duplicate_question")
+            into = next(k for k in kept if k.question == qa.question)
+            report.merge(family, qa.source_index, "duplicate_question", example=example(
+                qa.source_index, qa.source_row_id, wheres[qa.seq],
+                {"question": qa.question, "answers": qa.answers, "merged_into": wheres[into.seq]}))
         if not kept:
             continue
         for qa in kept:

@@ -64,7 +64,7 @@ def verifier(rule: Rule) -> Callable[..., Decision]:
     framed.__qualname__ = rule.__qualname__
     framed.__module__ = rule.__module__
     framed.__doc__ = rule.__doc__
-    framed.__wrapped__ = rule
+    framed.rule = rule  # the bare rule (the frame hands rows with options to mc's)
     return framed
 
 
@@ -73,7 +73,7 @@ def multiple_choice_rule() -> Rule:
     """`mc`'s rule, which decides every row with options (imported late: `rsgen.verify.mc` is built on this frame)."""
     from rsgen.verify.mc import mc
 
-    return mc.__wrapped__
+    return mc.rule
 
 
 def check_settings(numeric_tolerance, timeout_seconds) -> None:

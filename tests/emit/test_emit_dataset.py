@@ -134,10 +134,11 @@ def test_dpo_leaves_out_pairs_without_a_usable_wrong_answer():
     image = {"bytes": b"x", "path": None}
     qa = [{"question": "q1", "answer": "B", "wrong_vlm": "C", "reason": "wrong_answer"},
           {"question": "q2", "answer": "B", "wrong_vlm": None, "reason": "no_answer"},
-          {"question": "q3", "answer": "B", "wrong_vlm": "B", "reason": "mc_ambiguous"}]
+          {"question": "q3", "answer": "B", "wrong_vlm": "B", "reason": "mc_ambiguous"},
+          {"question": "q4", "answer": "seven", "wrong_vlm": "A", "reason": "bad_input"}]
     rows, skipped = dpo_rows(image, qa)
     assert [r["prompt"][0]["content"][1]["text"] for r in rows] == ["q1"]
-    assert skipped == {"no_answer": 1, "same_as_answer": 1}
+    assert skipped == {"no_answer": 1, "bad_input": 1, "same_as_answer": 1}
 
 
 def test_stats_count_what_was_written(emitted_run):
@@ -165,7 +166,7 @@ def test_stats_count_what_was_written(emitted_run):
         "config": "CLEVRMath_rejected", "rows": 4, "qa_pairs": 6, "shards": 1}
     shard = OutputLayout(root).dataset / "data" / "CLEVRMath_rejected" / "train-00000-of-00001.parquet"
     assert rejected["download_size"] == shard.stat().st_size and rejected["num_bytes"] > 0
-    assert fam["splits"]["dpo"]["skipped"] == {"no_answer": 1, "same_as_answer": 0}
+    assert fam["splits"]["dpo"]["skipped"] == {"no_answer": 1, "bad_input": 0, "same_as_answer": 0}
     assert fam["tokens"]["samples"] == 11 and fam["tokens"]["hit_limit"] == 1
     assert sum(fam["response_lengths"]["counts"]) == 11
     assert fam["cleaning"]["steps"] == {"dedup_merge@1": 1, "provenance@1": 6}
