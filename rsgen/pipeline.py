@@ -223,12 +223,13 @@ def _left_as_it_was_on_recipe_error(recipe: RecipeConfig, state: PartialState):
     prepare reads it) takes back that run.json and the output_dir it created, so the corrected recipe starts there
     as on a fresh folder. (Errors found before the run starts never write anything: `check_before_work`.)"""
     layout = OutputLayout(recipe.output_dir)
-    existed, had_run_json = layout.root.exists(), layout.run_json.exists()
+    existed = layout.root.is_dir()
+    before = {p.name for p in layout.root.iterdir()} if existed else set()
     try:
         yield
     except RecipeError:
-        made_only_run_json = layout.root.is_dir() and [p.name for p in layout.root.iterdir()] == [layout.run_json.name]
-        if state.is_main_process and not had_run_json and made_only_run_json:
+        made = ({p.name for p in layout.root.iterdir()} if layout.root.is_dir() else set()) - before
+        if state.is_main_process and made == {layout.run_json.name}:
             layout.run_json.unlink()
             if not existed:
                 with contextlib.suppress(OSError):  # only when empty: nothing else is removed

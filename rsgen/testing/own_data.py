@@ -35,7 +35,7 @@ def draw_rows(folder: str | Path, num_images: int, seed: int, kinds: tuple[str, 
         index += 1
         if kind not in kinds:
             continue
-        name = f"{image_dir}/{found:04d}.png"
+        name = f"{found:04d}.png" if image_dir in ("", ".") else f"{image_dir}/{found:04d}.png"
         (folder / name).write_bytes(png)
         found += 1
         for question, answer, options in qas:
