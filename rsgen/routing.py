@@ -31,6 +31,15 @@ CALIBRATION_PREFIX = CALIBRATION + ":"
 KNOWN_WRONG_PREFIX = KNOWN_WRONG + ":"
 JUDGE_SCOPES = ("undecided", "all")
 WITHHELD = "judge_withheld"
+# The reasons routing gives a rejected pair besides the verifier's own (rsgen.verify.REASONS, kept as they are with
+# judge: false); docs/reasons.md is made from this table.
+ROUTING_REASONS: dict[str, str] = {
+    "wrong_answer": "the verifier rejected the answer and the judge said WRONG, or the mismatch was decisive (a "
+                    "number beyond the tolerance, another option) and never reached the judge",
+    "judge_unsure": "the verifier rejected the answer and the judge said UNSURE (never counts as correct)",
+    WITHHELD: "the judge said CORRECT, but in a family whose judge failed the known-wrong calibration "
+              "(judge_min_specificity): the promotion is withheld",
+}
 
 
 class JudgeMissingError(RuntimeError):

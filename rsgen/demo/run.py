@@ -27,7 +27,7 @@ def run_demo(output_dir: str = "runs/demo", num_images: int | None = None, seed:
         from rsgen.demo.truth import check_demo_run
 
         layout = OutputLayout(recipe.output_dir)
-        # (emit logged the statistics table.) The pool knows every answer: grade what was accepted against the scenes, not against the judge.
+        # (emit printed the statistics table.) The pool knows every answer: grade what was accepted against the scenes, not against the judge.
         print("\n" + check_demo_run(recipe.output_dir, source.demo_num_images, source.demo_seed).line())
         print(f"\ndemo finished in {time.perf_counter() - start:.0f} s")
         configs = sorted(p.name for p in (layout.dataset / "data").iterdir())

@@ -234,7 +234,7 @@ def run_emit(recipe: RecipeConfig) -> Path:
     write_stats(layout.stats_json, stats)
     written = sum(1 for plan in families.values() for split in plan.plans.values() if split.rows)
     _log(f"dataset written to {layout.dataset} ({written} configs); stats in {layout.stats_json}")
-    _log("final table:\n" + stats_table(stats))
+    print("\n" + stats_table(stats), flush=True)  # the run's final table, on stdout like generate's table
     if default_config(stats) is None:
         logger.warning(f"no default config: no family has accepted QA pairs in an `_sft` view, so "
                        f"`load_dataset({str(layout.dataset)!r})` needs a config name (the rejected splits are never "

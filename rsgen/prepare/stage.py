@@ -37,6 +37,7 @@ from rsgen.prepare.cleaning import (
     qa_id,
 )
 from rsgen.prepare.images import ImageJob, ImagePack, ImageResult, encode_pil, inline_image, process_images
+from rsgen.prepare.reasons import DROP_REASONS, MERGE_REASONS
 from rsgen.prepare.sources import RawRow, check_source, describe_source, iter_raw_rows, source_where
 from rsgen.prepare.writer import ExternalSorter
 from rsgen.schema import POLICY_VERSION, PREPARED_FEATURES, PREPARED_SHARD_PREFIX
@@ -101,6 +102,8 @@ class Report:
 
     def drop(self, family: str, source: int, reason: str, n: int = 1, *, example: dict) -> None:
         """Count `n` QA pairs dropped for `reason`; `example` (see `example()`) says which row and what failed."""
+        if reason not in DROP_REASONS:  # every reason is documented (docs/reasons.md is made from the table)
+            raise KeyError(f"drop reason {reason!r} is not in rsgen.prepare.reasons.DROP_REASONS")
         for t in self._tallies(family, source):
             t.dropped_qa_pairs += n
             t.dropped[reason] += n
@@ -110,6 +113,8 @@ class Report:
 
     def merge(self, family: str, source: int, reason: str, n: int = 1, *, example: dict) -> None:
         """Count `n` QA pairs merged into another for `reason`; `example` says which row and into which."""
+        if reason not in MERGE_REASONS:
+            raise KeyError(f"merge reason {reason!r} is not in rsgen.prepare.reasons.MERGE_REASONS")
         for t in self._tallies(family, source):
             t.merged_qa_pairs += n
             t.merged[reason] += n
@@ -375,20 +380,6 @@ def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
     return out
 
 
-# What to look at first when every row of a pool is dropped for one of these reasons.
-HINTS = {
-    "image_file_missing": "image paths resolve against the source's data_dir, else the data file's folder",
-    "image_missing": "check image_column (the column that holds each row's image)",
-    "question_missing": "check question_column (or format: cauldron / llava for conversation pools)",
-    "answer_missing": "check answer_column",
-    "family_missing": "check family_column, or set `family: NAME`",
-    "mc_answer_not_in_options": "answers written as option indices need answer_index_base: 0 or 1",
-    "purity_question_pattern": "keep_question_patterns matches no question",
-    "purity_source": "source_allowlist matches no row's source id",
-    "row_unparseable": "the file does not parse as its extension says",
-}
-
-
 def _top_reasons(report: dict, n: int) -> list[tuple[str, int]]:
     return sorted(report["dropped"].items(), key=lambda item: (-item[1], item[0]))[:n]
 
@@ -402,7 +393,8 @@ def empty_pool_message(report: dict, report_path) -> str:
             where = f" at {ex['where']}" if "where" in ex else ""
             value = f" = {json.dumps(ex['value'], ensure_ascii=False)}" if "value" in ex else ""
             shown.append(f"{ex['source']} row {ex['source_row_id']}{where}{value}")
-        hint = f" ({HINTS[reason]})" if reason in HINTS else ""
+        fix = DROP_REASONS[reason].fix
+        hint = f" ({fix})" if fix else ""
         parts.append(f"{reason}: {count}{hint}, e.g. " + ", ".join(shown))
     return (f"prepare: none of the {report['input_qa_pairs']} QA pairs survived cleaning, so there is nothing to "
             f"generate from. Top drop reasons: {'; '.join(parts)}. Every reason and its examples: {report_path}")

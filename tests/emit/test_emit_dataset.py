@@ -223,7 +223,7 @@ def test_judge_disabled_keeps_verifier_reasons(tmp_path):
 
 
 @pytest.mark.parametrize("judge_scope", ["undecided", "all"])
-def test_bad_input_is_never_judged_promoted_or_a_dpo_pair_and_is_counted_as_such(tmp_path, caplog, judge_scope):
+def test_bad_input_is_never_judged_promoted_or_a_dpo_pair_and_is_counted_as_such(tmp_path, capsys, judge_scope):
     """Issue #28.2: bad_input pairs went to the judge (13 of 24 promoted, the rest written as wrong_answer and
     made DPO pairs). Here no judge record exists for them: emit must not ask for one."""
     question = f"Which colour is the ball?\nA. red\nB. blue\n{INSTRUCTION}"
@@ -231,8 +231,7 @@ def test_bad_input_is_never_judged_promoted_or_a_dpo_pair_and_is_counted_as_such
              ScriptedPair("ok-0", f"How many balls?\n{INSTRUCTION}", "2", "match"),
              ScriptedPair("wrong-0", f"How many cubes?\n{INSTRUCTION}", "3", "wrong", wrong="fig")]
     write_scripted_run(tmp_path, [ScriptedImage("Mixed", pairs, (90, 90, 200))], known_wrong_rejected=1)
-    with caplog.at_level("INFO", logger="rsgen"):
-        run_emit(scripted_recipe(tmp_path, verifier="relaxed", judge_scope=judge_scope))
+    run_emit(scripted_recipe(tmp_path, verifier="relaxed", judge_scope=judge_scope))
     fam = json.loads(OutputLayout(tmp_path).stats_json.read_text())["families"]["Mixed"]
     assert fam["rejected_reasons"] == {"bad_input": 1, "wrong_answer": 1}
     assert fam["judge"]["judged"] == 1 and fam["judge"]["promoted"] == 0
@@ -240,8 +239,7 @@ def test_bad_input_is_never_judged_promoted_or_a_dpo_pair_and_is_counted_as_such
             if qa["reason"] == "bad_input"] == [(question, "bad_input")]
     assert [row["rejected"][0]["content"][0]["text"] for row in load(tmp_path, "Mixed_dpo")] == ["fig"]
     assert fam["splits"]["dpo"]["skipped"]["bad_input"] == 1
-    table = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("final table"))
-    header, _, row = table.splitlines()[1:4]
+    header, _, row = capsys.readouterr().out.strip().splitlines()[-3:]  # the final table
     assert "bad input" in header and row.split()[:4] == ["Mixed", "1", "2", "1"]
 
 
