@@ -118,7 +118,7 @@ class RecipeConfig:
     explore_top_p: float = field(default=1.0, metadata={"stage": "explore", "help": "nucleus sampling of the explore pass"})
     explore_stop: str = field(default="paired", metadata={"stage": "explore", "help": "paired = stop sampling a question once it has a verified-correct and a verified-wrong response; never = draw all explore_samples (exact pass rates)"})
 
-    verifier: str | dict[str, str] = field(default="relaxed", metadata={"stage": "verify", "help": "relaxed, exact, numeric, mc or math; or a mapping family -> verifier (`default:` for the rest)"})
+    verifier: str | dict[str, str] = field(default="relaxed", metadata={"stage": "verify", "help": "relaxed, exact, numeric, mc or math; or a mapping family -> verifier (`default:` for the rest). Under every verifier a row with options is checked as multiple choice, so relaxed serves a family mixing multiple choice and free form; mc is refused for a family with rows without options"})
     numeric_tolerance: float = field(default=1e-6, metadata={"stage": "verify", "help": "relative tolerance of the numeric verifier"})
     math_timeout_seconds: float = field(default=5.0, metadata={"stage": "verify", "help": "time limit of one math-verify comparison"})
 

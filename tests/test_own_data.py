@@ -220,3 +220,23 @@ def test_a_rerun_of_generate_says_what_it_found(mixed_pool):
     parts[-1].unlink()  # as if the run had been killed before its last checkpoint
     again = rsgen("generate", "--config", recipe, cwd=folder)
     assert f"generate: {len(rows) - lost} of {len(rows)} samples already done, {lost} to go" in again.stderr
+
+
+@pytest.mark.slow
+def test_the_local_files_recipe_runs_as_shipped(tmp_path):
+    """recipes/local_files.yaml (docs/own-data.md): a JSON Lines file mixing multiple choice and free form with
+    list-valued answers, a CSV file and an image folder, all naming images on disk."""
+    out = tmp_path / "local_files"
+    done = rsgen("run", "--config", "recipes/local_files.yaml", "--output_dir", str(out), cwd=ROOT)
+    stats = json.loads((out / "stats.json").read_text())
+    report = json.loads(OutputLayout(out).prepare_report.read_text())
+    assert set(stats["families"]) == {"Shapes", "Charts", "Counting"}
+    assert report["dropped_qa_pairs"] == 0 and report["kept_qa_pairs"] == stats["totals"]["prepared_qa"]
+    for name, fam in stats["families"].items():
+        assert fam["accepted_qa"] > 0 and fam["rejected_qa"] > 0, name
+        assert "bad_input" not in fam["rejected_reasons"], name
+    shapes = [q for q in iter_questions(open_prepared(out)) if q.family == "Shapes"]
+    assert any(q.options for q in shapes) and any(not q.options for q in shapes)
+    assert any(len(q.answers) == 2 for q in shapes)  # ["8", "eight"]
+    assert datasets.load_dataset(str(out / "dataset"), split="train").config_name == "Charts_sft"  # the default
+    assert "accept rate" in done.stdout
