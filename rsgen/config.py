@@ -132,7 +132,7 @@ class RecipeConfig:
     explore_top_p: float = field(default=1.0, metadata={"stage": "explore", "pin": True, "read_by": ("explore", "emit"), "help": "nucleus sampling of the explore pass"})
     explore_stop: str = field(default="paired", metadata={"stage": "explore", "pin": True, "read_by": ("explore", "emit"), "help": "paired = stop sampling a question once it has a verified-correct and a verified-wrong response; never = draw all explore_samples (exact pass rates)"})
 
-    verifier: str | dict[str, str] = field(default="relaxed", metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": (*MODEL_STAGES, "emit"), "help": "relaxed, exact, numeric, mc or math; or a mapping family -> verifier (`default:` for the rest)"})
+    verifier: str | dict[str, str] = field(default="relaxed", metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": (*MODEL_STAGES, "emit"), "help": "relaxed, exact, numeric, mc or math; or a mapping family -> verifier (`default:` for the rest). Under every verifier a row with options is checked as multiple choice, so relaxed serves a family mixing multiple choice and free form; mc is refused for a family with rows without options"})
     numeric_tolerance: float = field(default=1e-6, metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": (*MODEL_STAGES, "emit"), "help": "relative tolerance of the numeric verifier"})
     math_timeout_seconds: float = field(default=5.0, metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": ("generate", "explore", "emit"), "help": "time limit of one math-verify comparison"})
 
@@ -187,11 +187,27 @@ def _fields(cls) -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(cls)}
 
 
-def _unknown_key_error(key: str, cls, where: str) -> RecipeError:
-    known = sorted(_fields(cls))
-    close = difflib.get_close_matches(key, known, n=3)
-    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return RecipeError(f"unknown key {key!r} in {where}.{hint} Known keys: {', '.join(known)}")
+def _unknown_key_error(key: str, cls, where: str, flag: bool = False, value: Any = None) -> RecipeError:
+    """The error for a key `cls` does not have: where it came from (a recipe file, a `sources` entry, `--key` on the
+    command line), the closest known keys, and for a source key given where recipe keys go, where it belongs.
+    `flag`: the key was a command-line `--key` (with `value`)."""
+    name = f"--{key}" if flag else repr(key)
+    said = f"unknown key {name} {'on the command line' if flag else 'in ' + where}."
+    if cls is RecipeConfig and key in _fields(SourceConfig):
+        entry = {"dataset_name": DEMO_DATASET, "family_column": "family"} if key.startswith("demo_") else \
+            {"data_files": ["pool.jsonl"], "family": "MyFamily"}
+        entry[key] = value if value is not None else "..."
+        example = yaml.safe_dump([entry], default_flow_style=True, sort_keys=False, width=1000).strip()
+        return RecipeError(
+            f"{said} {key!r} is a source key: it belongs inside an entry of `sources:` in the recipe file; on the "
+            f"command line give the whole list (it replaces the recipe's): --sources '{example}'"
+        )
+    close = difflib.get_close_matches(key, sorted(_fields(cls)), n=3)
+    prefix = "--" if flag else ""
+    hint = f" Did you mean {', '.join(prefix + c if flag else repr(c) for c in close)}?" if close else ""
+    listing = "`rsgen run --help` lists every recipe key" if cls is RecipeConfig else \
+        "`rsgen run --help` lists every source key at its end"
+    return RecipeError(f"{said}{hint} ({listing})")
 
 
 def _check_type(name: str, value: Any, f: dataclasses.Field, where: str) -> Any:
@@ -248,12 +264,13 @@ def source_from_dict(raw: dict[str, Any], index: int = 0) -> SourceConfig:
     return src
 
 
-def recipe_from_dict(raw: dict[str, Any], where: str = "recipe") -> RecipeConfig:
+def recipe_from_dict(raw: dict[str, Any], where: str = "recipe", flags: frozenset[str] = frozenset()) -> RecipeConfig:
+    """`flags`: the keys that came from the command line (their errors say so)."""
     fields = _fields(RecipeConfig)
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in fields:
-            raise _unknown_key_error(key, RecipeConfig, where)
+            raise _unknown_key_error(key, RecipeConfig, where, flag=key in flags, value=value)
         if key == "sources":
             if not isinstance(value, list):
                 raise RecipeError(f"{where}: `sources` must be a list of source mappings")
@@ -357,7 +374,7 @@ def load_recipe(path: str | os.PathLike | None, overrides: dict[str, Any] | list
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
     raw.update(overrides or {})
-    return recipe_from_dict(raw, where=str(path) if path else "command line")
+    return recipe_from_dict(raw, where=str(path) if path else "command line", flags=frozenset(overrides or ()))
 
 
 # ---------------------------------------------------------------------- what the field metadata says

@@ -10,6 +10,7 @@ in run.json. Everything that walks the stages reads `STAGES`: adding a stage is 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import importlib.metadata
 import json
@@ -206,6 +207,26 @@ def check_before_work(recipe: RecipeConfig, stages: tuple[Stage, ...]) -> None:
                               "first (or check output_dir)")
 
 
+@contextlib.contextmanager
+def _left_as_it_was_on_recipe_error(recipe: RecipeConfig, state: PartialState):
+    """A recipe error that left nothing but the run.json this run wrote (a JSON source without a named key, found as
+    prepare reads it) takes back that run.json and the output_dir it created, so the corrected recipe starts there
+    as on a fresh folder. (Errors found before the run starts never write anything: `check_before_work`.)"""
+    layout = OutputLayout(recipe.output_dir)
+    existed = layout.root.is_dir()
+    before = {p.name for p in layout.root.iterdir()} if existed else set()
+    try:
+        yield
+    except RecipeError:
+        made = ({p.name for p in layout.root.iterdir()} if layout.root.is_dir() else set()) - before
+        if state.is_main_process and made == {layout.run_json.name}:
+            layout.run_json.unlink()
+            if not existed:
+                with contextlib.suppress(OSError):  # only when empty: nothing else is removed
+                    layout.root.rmdir()
+        raise
+
+
 def run_stage(name: str | Stage, recipe: RecipeConfig, state: PartialState | None = None,
               checked: bool = False) -> None:
     stage = name if isinstance(name, Stage) else stage_named(name)
@@ -214,7 +235,7 @@ def run_stage(name: str | Stage, recipe: RecipeConfig, state: PartialState | Non
         _run_stage_work(stage, recipe, state)
         return
     check_before_work(recipe, (stage,))
-    with locked_output_dir(recipe.output_dir, state):
+    with _left_as_it_was_on_recipe_error(recipe, state), locked_output_dir(recipe.output_dir, state):
         # Every stage checks the recipe against the work on disk (emit writes what the work says).
         check_and_write_run_json(recipe, state)
         _run_stage_work(stage, recipe, state)
@@ -233,7 +254,7 @@ def _run_stage_work(stage: Stage, recipe: RecipeConfig, state: PartialState) -> 
 def run_pipeline(recipe: RecipeConfig) -> None:
     check_before_work(recipe, STAGES)  # a wrong model or output_dir fails here, before prepare
     state = _distributed_state()
-    with locked_output_dir(recipe.output_dir, state):
+    with _left_as_it_was_on_recipe_error(recipe, state), locked_output_dir(recipe.output_dir, state):
         check_and_write_run_json(recipe, state)
         for stage in STAGES:
             if stage.enabled(recipe):  # off (explore without explore_samples): not run, not recorded in run.json

@@ -4,7 +4,8 @@ stage selects its work with them, emit routes every QA pair with them).
 - A generate record is judged when the verifier rejected it and it has an extractable answer (`needs_judging`),
   unless the rejection is decisive and `judge_scope` is `undecided` (the default): a number outside the
   verifier's tolerance, or a different option letter, stays `wrong_answer` without asking the judge
-  (`rsgen.verify.decisive`). Pairs with nothing extractable stay rejected as `no_answer`.
+  (`rsgen.verify.decisive`). Pairs with nothing extractable stay rejected as `no_answer`, pairs whose reference
+  the verifier cannot use as `bad_input`.
 - Only a `CORRECT` verdict promotes. `WRONG` -> `wrong_answer`, `UNSURE` -> `judge_unsure`; UNSURE never counts.
 - The leniency gate: in a family where the judge said WRONG to fewer than `judge_min_specificity` of the
   known-wrong calibration pairs (or where none could be measured), a `CORRECT` is withheld: `judge_withheld`.
@@ -17,24 +18,38 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rsgen.records import CORRECT, UNSURE, WRONG, GenerateRecord, JudgeRecord
-from rsgen.verify.decision import NO_ANSWER, WRONG_ANSWER
+from rsgen.verify.decision import BAD_INPUT, NO_ANSWER, WRONG_ANSWER
 from rsgen.verify.decisive import decisive_mismatch
 
 JUDGE_SCOPES = ("undecided", "all")
 WITHHELD = "judge_withheld"
 JUDGE_UNSURE = "judge_unsure"
+# The reasons routing gives a rejected pair besides the verifier's own (rsgen.verify.REASONS, kept as they are with
+# judge: false); docs/reasons.md is made from this table.
+ROUTING_REASONS: dict[str, str] = {
+    WRONG_ANSWER: "the verifier rejected the answer and the judge said WRONG, or the mismatch was decisive (a "
+                  "number beyond the tolerance, another option) and never reached the judge",
+    JUDGE_UNSURE: "the verifier rejected the answer and the judge said UNSURE (never counts as correct)",
+    WITHHELD: "the judge said CORRECT, but in a family whose judge failed the known-wrong calibration "
+              "(judge_min_specificity): the promotion is withheld",
+}
 
 
 class JudgeMissingError(RuntimeError):
     """A pair that needs a verdict has none: the judge stage did not finish."""
 
 
+# Rejections no judge can rescue: nothing was answered, or the reference itself cannot be used (bad_input: never
+# judged, never promoted, never a DPO pair; it stays bad_input in every count).
+UNJUDGEABLE_REASONS = (NO_ANSWER, BAD_INPUT)
+
+
 def needs_judging(generate_record: GenerateRecord) -> bool:
-    """A verifier rejection with an extractable answer (before the decisive rule)."""
+    """A verifier rejection with an extractable answer and a usable reference (before the decisive rule)."""
     return (
         not generate_record.match
         and generate_record.extracted is not None
-        and generate_record.reason != NO_ANSWER
+        and generate_record.reason not in UNJUDGEABLE_REASONS
     )
 
 

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import yaml
 
 from rsgen.config import RecipeConfig
-from rsgen.emit.card import write_card
+from rsgen.emit.card import default_config, write_card
 from rsgen.emit.splits import (
     EmitError,
     FamilyRouting,
@@ -45,6 +45,7 @@ from rsgen.emit.stats import (
     config_features,
     config_name,
     family_stats,
+    stats_table,
     write_stats,
     written_kinds,
 )
@@ -246,6 +247,11 @@ def run_emit(recipe: RecipeConfig, state=None) -> Path:
     write_stats(layout.stats_json, stats)
     written = sum(1 for plan in families.values() for split in plan.plans.values() if split.rows)
     _log(f"dataset written to {layout.dataset} ({written} configs); stats in {layout.stats_json}")
+    print("\n" + stats_table(stats), flush=True)  # the run's final table, on stdout like generate's table
+    if default_config(stats) is None:
+        logger.warning(f"no default config: no family has accepted QA pairs in an `_sft` view, so "
+                       f"`load_dataset({str(layout.dataset)!r})` needs a config name (the rejected splits are never "
+                       "the default)")
 
     if recipe.push_to_hub:
         from rsgen.emit.push import push_dataset

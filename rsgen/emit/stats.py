@@ -161,6 +161,29 @@ def gate_stats(calibration: dict[str, int] | None, min_specificity: float) -> di
             "withheld": not judge_trusted(rejected, total, min_specificity)}
 
 
+def stats_table(stats: dict[str, Any]) -> str:
+    """The final table of a run, per family: accepted, rejected (and of those bad_input, a column shown when any
+    family has some), accept rate, judge promotions and withheld ones, and both calibration sides: verifier-accepted
+    pairs the judge agreed with, known-wrong pairs it rejected."""
+    families = stats["families"]
+    bad_input = {name: fam["rejected_reasons"].get("bad_input", 0) for name, fam in families.items()}
+    show_bad = any(bad_input.values())
+    header = (f"{'family':<12} {'accepted':>9} {'rejected':>9}" + (f" {'bad input':>10}" if show_bad else "")
+              + f" {'accept rate':>12} {'judge +':>8} {'withheld':>9} {'agreed':>8} {'known-wrong rejected':>21}")
+    lines = [header, "-" * len(header)]
+    for name, fam in sorted(families.items()):
+        calib = fam.get("calibration") or {}
+        judge = fam.get("judge", {})
+        agreed = f"{calib['agreed']}/{calib['total']}" if calib.get("total") else "-"
+        rejected = (f"{calib['known_wrong_rejected']}/{calib['known_wrong_total']}" if calib.get("known_wrong_total")
+                    else "-")
+        lines.append(f"{name:<12} {fam['accepted_qa']:>9} {fam['rejected_qa']:>9}"
+                     + (f" {bad_input[name]:>10}" if show_bad else "")
+                     + f" {fam['accept_rate']:>11.1%} {judge.get('promoted', 0):>8} {judge.get('withheld', 0):>9} "
+                     f"{agreed:>8} {rejected:>21}")
+    return "\n".join(lines)
+
+
 def explore_stats(tally: FamilyRouting, plans: dict[str, SplitPlan]) -> dict[str, Any] | None:
     """What the explore pass found in a family (None without one): the pass-rate histogram over questions,
     on-policy pairs found, responses drawn (greedy included) and the share of questions in the learnable zone."""

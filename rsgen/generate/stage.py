@@ -21,6 +21,7 @@ from rsgen.engine import ChatRequest, build_engine, check_engine
 from rsgen.generate import STAGE
 from rsgen.layout import OutputLayout
 from rsgen.records import GenerateRecord, read_records, sample_key
+from rsgen.references import check_references
 from rsgen.schema import PreparedPool, PreparedQuestion, iter_questions, open_prepared, user_turn
 from rsgen.store import CheckpointStore, KeyedWorkSummary, distributed_state, run_keyed_work
 from rsgen.verify import verify_response
@@ -108,7 +109,7 @@ class GenerateStage:
     """The generate stage's part of the keyed-work loop: every QA pair (and sample) of the prepared pool."""
 
     name = STAGE.name
-    unit = "item"
+    unit = "sample"
 
     def __init__(self, recipe: RecipeConfig, prepared: PreparedPool):
         self.recipe = recipe
@@ -155,8 +156,11 @@ def run_generate(recipe: RecipeConfig, state=None) -> KeyedWorkSummary:
     state = state or distributed_state()
     layout = OutputLayout(recipe.output_dir)
     prepared = open_prepared(recipe.output_dir)
-    for family in set(prepared.column("family")):  # a bad verifier mapping fails here, before any model work
-        recipe.verifier_for(family)
+    # A verifier that cannot serve a family (a mapping without it, mc on free-form rows) fails here, before any
+    # model work; references no verifier can use are announced before the model spends time on them.
+    for warning in check_references(recipe, prepared):
+        if state.is_main_process:
+            logger.warning(warning)
     stage = GenerateStage(recipe, prepared)
     store = CheckpointStore(layout.generate_work)
 

@@ -18,6 +18,15 @@ def run_prepare(recipe, state=None, force: bool = False) -> dict:
     return _run(recipe, force=force)
 
 
+def check_prepare(recipe) -> None:
+    """Raise the recipe errors prepare can find before reading a row, unless prepared/ is finished for this recipe
+    (then prepare reuses it and reads nothing). Writes nothing: a bad recipe leaves the output_dir as it was."""
+    from rsgen.prepare.stage import check_sources, prepare_finished
+
+    if not prepare_finished(recipe):
+        check_sources(recipe)
+
+
 STAGE = Stage(
     name="prepare",
     help="load, group and clean the pool into OUTPUT_DIR/prepared/",
@@ -25,6 +34,7 @@ STAGE = Stage(
     run=run_prepare,
     # Prepare is cheap next to generation and writes shared files: the main process does it.
     every_process=False,
+    check=check_prepare,
 )
 
-__all__ = ["STAGE", "run_prepare"]
+__all__ = ["STAGE", "check_prepare", "run_prepare"]

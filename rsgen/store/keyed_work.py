@@ -6,6 +6,7 @@ distributed state.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -13,6 +14,8 @@ from typing import Any, Protocol
 
 from rsgen.interrupt import interruptible
 from rsgen.store.checkpoint import CheckpointStore
+
+logger = logging.getLogger(__name__)
 
 
 def shard_for_rank(keys: list[str], rank: int, world_size: int) -> list[str]:
@@ -90,6 +93,9 @@ def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine
         mine = [k for k in keys if group(k) in my_groups]
     done = store.done_keys()
     pending = [k for k in mine if k not in done]
+    if state.is_main_process:  # what a rerun found, over every rank's parts
+        left = sum(k not in done for k in keys)
+        logger.info(f"{stage.name}: {len(keys) - left:,} of {len(keys):,} {stage.unit}s already done, {left:,} to go")
     summary = KeyedWorkSummary(state.process_index, state.num_processes, total=len(keys), assigned=len(mine),
                                already_done=len(mine) - len(pending))
     if pending:
