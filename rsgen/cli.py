@@ -15,7 +15,7 @@ import os
 import sys
 
 from rsgen.config import (
-    STAGES,
+    KEY_GROUPS,
     RecipeError,
     SourceConfig,
     default_text,
@@ -88,7 +88,7 @@ def _add_recipe_keys(parser: argparse.ArgumentParser, shown: tuple[str, ...] | N
     rerun of one stage passes the whole recipe), just not listed."""
     for stage, fields in recipe_keys_by_stage().items():
         listed = [f for f in fields if shown is None or f.name in shown]
-        group = parser.add_argument_group(f"{stage} keys", STAGES[stage]) if listed else parser
+        group = parser.add_argument_group(f"{stage} keys", KEY_GROUPS[stage]) if listed else parser
         for f in fields:
             help_text = _help(f) if f in listed else argparse.SUPPRESS
             group.add_argument(f"--{f.name}", metavar="VALUE", default=argparse.SUPPRESS, help=help_text)

@@ -65,7 +65,7 @@ class SourceConfig:
     demo_seed: int = field(default=1234, metadata={"help": "demo pool: seed of the draw"})
 
 
-STAGES = {
+KEY_GROUPS = {
     "run": "where the run lives",
     "model": "the model that answers",
     "prepare": "cleaning the pool into prepared/ (the pools themselves: `sources:`, see below)",
@@ -92,7 +92,7 @@ class RecipeConfig:
 
     Each field carries its description in `metadata`, read by everything that needs it (so a new key is
     documented, and pinned, where it is declared):
-    - `stage`: the group it is listed under (`STAGES`): `rsgen run --help` and the docs' key tables;
+    - `stage`: the group it is listed under (`KEY_GROUPS`): `rsgen run --help` and the docs' key tables;
     - `help`: one line;
     - `read_by`: the stages that read it (default: the one `stage` names; `EVERY_STAGE`): each stage's `--help`;
     - `pin`: the key is pinned with that stage's work (True: the stage `stage` names): a rerun that changes it
@@ -407,8 +407,8 @@ def keys_read_by(stage: str) -> tuple[str, ...]:
 
 
 def recipe_keys_by_stage() -> dict[str, list[dataclasses.Field]]:
-    """RecipeConfig's fields grouped by their `stage` metadata, stages in STAGES order, fields in declaration order."""
-    groups: dict[str, list[dataclasses.Field]] = {stage: [] for stage in STAGES}
+    """RecipeConfig's fields grouped by their `stage` metadata, stages in KEY_GROUPS order, fields in declaration order."""
+    groups: dict[str, list[dataclasses.Field]] = {stage: [] for stage in KEY_GROUPS}
     for f in recipe_fields():
         groups[f.metadata["stage"]].append(f)
     return groups
@@ -445,7 +445,7 @@ def keys_markdown() -> str:
 
     lines = []
     for stage, fields in recipe_keys_by_stage().items():
-        lines += [f"**{stage}**: {STAGES[stage]}", "", "| key | default | read by (**pinned**) | |",
+        lines += [f"**{stage}**: {KEY_GROUPS[stage]}", "", "| key | default | read by (**pinned**) | |",
                   "| --- | --- | --- | --- |"]
         lines += [f"| `{f.name}` | {default_cell(f)} | {read_by(f)} | {f.metadata['help']} |" for f in fields] + [""]
     lines += ["**sources**: each entry of `sources:`", "", "| key | default | |", "| --- | --- | --- |"]

@@ -32,9 +32,12 @@ logger = logging.getLogger(__name__)
 # Explore runs before the judge: the judge grades the explore samples that need a verdict too.
 STAGES: tuple[Stage, ...] = (prepare.STAGE, generate.STAGE, explore.STAGE, judge.STAGE, emit.STAGE)
 
-# Per stage: the keys its work depends on (stages without pins are left out).
-STAGE_PINS: dict[str, tuple[str, ...]] = {stage.name: stage.pins for stage in STAGES if stage.pins}
-PINNED_KEYS = tuple(key for keys in STAGE_PINS.values() for key in keys)
+
+
+def stage_pins() -> dict[str, tuple[str, ...]]:
+    """Per stage, the recipe keys its work depends on (stages without pins are left out). Read from STAGES when
+    asked, so a stage added to the list is pinned like the others."""
+    return {stage.name: stage.pins for stage in STAGES if stage.pins}
 
 
 def stage_named(name: str) -> Stage:
@@ -89,7 +92,9 @@ def changed_fields(key: str, old: Any, new: Any) -> list[tuple[str, Any, Any]]:
 def check_and_write_run_json(recipe: RecipeConfig, state: PartialState) -> None:
     """Refuse a recipe that contradicts work on disk; record the resolved recipe, versions and allowed changes."""
     layout = OutputLayout(recipe.output_dir)
-    pinned = {k: recipe.to_dict()[k] for k in PINNED_KEYS}
+    pins = stage_pins()
+    values = recipe.to_dict()
+    pinned = {key: values[key] for keys in pins.values() for key in keys}
     previous: dict[str, Any] = {}
     changes: list[dict[str, Any]] = []
     if layout.run_json.exists():
@@ -99,7 +104,7 @@ def check_and_write_run_json(recipe: RecipeConfig, state: PartialState) -> None:
         if state.is_main_process:
             _log_resume(layout, work)
         refused = []
-        for stage, keys in STAGE_PINS.items():
+        for stage, keys in pins.items():
             for key in keys:
                 if key not in old:
                     continue
@@ -120,7 +125,7 @@ def check_and_write_run_json(recipe: RecipeConfig, state: PartialState) -> None:
         layout.root.mkdir(parents=True, exist_ok=True)
         run = {
             "pinned": pinned,
-            "recipe": recipe.to_dict(),
+            "recipe": values,
             "packages": _package_versions(),
             "model_revision": _model_revision(recipe),
             "world_size": state.num_processes,
