@@ -19,7 +19,7 @@ import yaml
 
 from rsgen.cli import main
 from rsgen.layout import OutputLayout
-from rsgen.routing import CALIBRATION_PREFIX, KNOWN_WRONG_PREFIX
+from rsgen.records import CALIBRATION_PREFIX, KNOWN_WRONG_PREFIX
 from rsgen.schema import iter_questions, open_prepared
 from rsgen.store import CheckpointStore
 from rsgen.testing.own_data import draw_rows, write_csv, write_jsonl
