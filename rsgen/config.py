@@ -80,10 +80,11 @@ KEY_GROUPS = {
 # Values of the field metadata `read_by` (which stages read a key; default: the stage its `stage` names) and `pin`.
 EVERY_STAGE = "*"
 MODEL_STAGES = ("generate", "explore", "judge")  # the stages that load a model (rsgen.engine.build_engine)
-# The verifier keys are verify's, but verify is not a stage of its own yet: the verifier's decisions are made
-# while generating and stored in the generate records, so these keys pin the generate work. A verify stage over
-# the stored responses takes them over by setting `"pin": True` (and adding itself to `read_by`).
-VERIFY_PIN = "generate"
+# The verifier keys are read by the verify stage, which decides the stored responses again whenever they change (no
+# pin of its own: its work is redone, not refused). They pin the explore work: explore decides its samples as they
+# land and stops sampling a question on those decisions (`explore_stop: paired`), so other settings would need
+# other samples.
+VERIFY_PIN = "explore"
 
 
 @dataclass
@@ -132,9 +133,9 @@ class RecipeConfig:
     explore_top_p: float = field(default=1.0, metadata={"stage": "explore", "pin": True, "read_by": ("explore", "emit"), "help": "nucleus sampling of the explore pass"})
     explore_stop: str = field(default="paired", metadata={"stage": "explore", "pin": True, "read_by": ("explore", "emit"), "help": "paired = stop sampling a question once it has a verified-correct and a verified-wrong response; never = draw all explore_samples (exact pass rates)"})
 
-    verifier: str | dict[str, str] = field(default="relaxed", metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": (*MODEL_STAGES, "emit"), "help": "relaxed, exact, numeric, mc or math; or a mapping family -> verifier (`default:` for the rest). Under every verifier a row with options is checked as multiple choice, so relaxed serves a family mixing multiple choice and free form; mc is refused for a family with rows without options"})
-    numeric_tolerance: float = field(default=1e-6, metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": (*MODEL_STAGES, "emit"), "help": "relative tolerance of the numeric verifier"})
-    math_timeout_seconds: float = field(default=5.0, metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": ("generate", "explore", "emit"), "help": "time limit of one math-verify comparison"})
+    verifier: str | dict[str, str] = field(default="relaxed", metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": ("generate", "verify", "explore", "judge", "emit"), "help": "relaxed, exact, numeric, mc or math; or a mapping family -> verifier (`default:` for the rest). Under every verifier a row with options is checked as multiple choice, so relaxed serves a family mixing multiple choice and free form; mc is refused for a family with rows without options"})
+    numeric_tolerance: float = field(default=1e-6, metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": ("generate", "verify", "explore", "judge", "emit"), "help": "relative tolerance of the numeric verifier"})
+    math_timeout_seconds: float = field(default=5.0, metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": ("generate", "verify", "explore", "emit"), "help": "time limit of one math-verify comparison"})
 
     judge: bool = field(default=True, metadata={"stage": "judge", "read_by": ("judge", "explore", "emit"), "help": "give verifier rejections a second, text-only look"})
     judge_model_name_or_path: str | None = field(default=None, metadata={"stage": "judge", "pin": True, "read_by": ("judge", "emit"), "help": "null = the generation model; a VLM or a text-only chat LM"})

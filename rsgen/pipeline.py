@@ -18,7 +18,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from rsgen import emit, explore, generate, judge, prepare
+from rsgen import emit, explore, generate, judge, prepare, verification
 from rsgen.config import RecipeConfig, RecipeError
 from rsgen.layout import OutputLayout
 from rsgen.lock import locked_output_dir
@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Explore runs before the judge: the judge grades the explore samples that need a verdict too.
-STAGES: tuple[Stage, ...] = (prepare.STAGE, generate.STAGE, explore.STAGE, judge.STAGE, emit.STAGE)
+# Verify decides the stored responses before anything reads a decision; explore runs before the judge: the judge
+# grades the explore samples that need a verdict too.
+STAGES: tuple[Stage, ...] = (prepare.STAGE, generate.STAGE, verification.STAGE, explore.STAGE, judge.STAGE,
+                             emit.STAGE)
 
 
 

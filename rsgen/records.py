@@ -1,4 +1,4 @@
-"""The work records: what generate, explore and judge write to their checkpoint parts (one JSON object per line,
+"""The work records: what generate, verify, explore and judge write to their checkpoint parts (one JSON object per line,
 `rsgen.store.CheckpointStore`) and what every later reader gets back, as typed records.
 
 Writers build a record and store `record.to_json()`; readers get records from `read_records(store, Type)`, never
@@ -126,6 +126,28 @@ class GenerateRecord(_Record):
     revision: str | None = None  # its commit (None: a local directory, or not recorded)
 
 
+    def decided(self, decision: VerifyRecord) -> GenerateRecord:
+        """This response with the verify stage's decision in place of the one made as it was generated."""
+        return dataclasses.replace(self, extracted=decision.extracted, match=decision.match, reason=decision.reason,
+                                   verifier=decision.verifier)
+
+
+@dataclass(frozen=True)
+class VerifyRecord(_Record):
+    """The verifier's decision on one stored generate response (OUTPUT_DIR/work/verify/), made with the verifier
+    settings in work/verify/settings.json. Readers take a response's decision from here, not from the generate
+    record (whose decision is the one made as it landed, under the settings of that time)."""
+
+    key: str  # the generate record's key
+    id: str
+    sample: int
+    family: str
+    extracted: str | None
+    match: bool
+    reason: str | None
+    verifier: str
+
+
 @dataclass(frozen=True)
 class ExploreRecord(GenerateRecord):
     """A sampled response of the explore pass (OUTPUT_DIR/work/explore/): a generate record of sample >= 1 (key
@@ -167,6 +189,7 @@ class JudgeRecord(_Record):
 
 
 GENERATE_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(GenerateRecord))
+VERIFY_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(VerifyRecord))
 EXPLORE_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(ExploreRecord))
 JUDGE_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(JudgeRecord) if f.name != "miss")
 

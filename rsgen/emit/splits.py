@@ -75,10 +75,11 @@ class WorkRecords:
     explore: dict[str, list[ExploreRecord]] | None = None  # QA id -> explore records; None: no explore pass
 
     @classmethod
-    def load(cls, generate_dir, judge_dir, *, judge_enabled: bool, num_samples: int, judge_scope: str = "undecided",
+    def load(cls, generate: Iterable[GenerateRecord], judge_dir, *, judge_enabled: bool, num_samples: int,
+             judge_scope: str = "undecided",
              numeric_tolerance: float | None = None, min_specificity: float = 0.95, explore_dir=None) -> WorkRecords:
         samples: dict[str, list[GenerateRecord]] = defaultdict(list)
-        for rec in read_records(CheckpointStore(generate_dir), GenerateRecord):
+        for rec in generate:  # with the verify stage's decisions (rsgen.decisions.decided_records)
             samples[rec.id].append(rec)
         for recs in samples.values():
             recs.sort(key=lambda r: (r.sample or 0))

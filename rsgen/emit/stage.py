@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import yaml
 
 from rsgen.config import RecipeConfig
+from rsgen.decisions import decided_records
 from rsgen.emit.card import default_config, write_card
 from rsgen.emit.splits import (
     EmitError,
@@ -208,7 +209,7 @@ def run_emit(recipe: RecipeConfig, state=None) -> Path:
         check_hub_access(recipe)
     layout = OutputLayout(recipe.output_dir)
     prepared = open_prepared(recipe.output_dir)
-    work = WorkRecords.load(layout.generate_work, layout.judge_work, judge_enabled=recipe.judge,
+    work = WorkRecords.load(decided_records(recipe).values(), layout.judge_work, judge_enabled=recipe.judge,
                             num_samples=recipe.num_samples, judge_scope=recipe.judge_scope,
                             numeric_tolerance=recipe.numeric_tolerance,
                             min_specificity=recipe.judge_min_specificity,

@@ -35,6 +35,7 @@ from typing import Any
 
 from rsgen import routing
 from rsgen.config import RecipeConfig, RecipeError
+from rsgen.decisions import decided_records
 from rsgen.engine import ChatRequest, build_engine, check_engine
 from rsgen.explore import STAGE
 from rsgen.layout import OutputLayout
@@ -179,7 +180,7 @@ def run_explore(recipe: RecipeConfig, state=None) -> dict[str, Any] | None:
     prepared = open_prepared(recipe.output_dir)
     questions = list(iter_questions(prepared))
     by_id = {q.id: q for q in questions}
-    greedy = records_by_key(CheckpointStore(layout.generate_work), GenerateRecord)
+    greedy = decided_records(recipe)  # the greedy answers with the verify stage's decisions
     missing = [q.id for q in questions if q.id not in greedy]
     if missing:
         raise RecipeError(f"generate is not finished in {recipe.output_dir!r}: {len(missing)} of {len(questions)} "

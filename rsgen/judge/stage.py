@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rsgen.config import RecipeConfig, RecipeError
+from rsgen.decisions import decided_records
 from rsgen.engine import ChatRequest, build_engine, check_engine, judge_model_name
 from rsgen.judge import STAGE
 from rsgen.judge.calibration import known_wrong_pairs
@@ -202,6 +203,17 @@ class JudgeStage:
         return {v: self.verdicts[v] for v in (CORRECT, WRONG, UNSURE)}
 
 
+def _still_applies(items: dict[str, JudgeItem]):
+    """Whether a stored verdict is one on a current item, as that item is now (its candidate and reference)."""
+
+    def keep(data: dict[str, Any]) -> bool:
+        rec = JudgeRecord.from_json(data)
+        item = items.get(rec.key)
+        return item is not None and (rec.candidate, rec.reference) == (item.candidate, item.reference)
+
+    return keep
+
+
 def check_judge(recipe: RecipeConfig) -> None:
     """Pre-flight: with the judge on, its model is one the engine can load (its config only)."""
     if recipe.judge:
@@ -221,7 +233,7 @@ def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
     template = load_template(recipe.judge_prompt_file)  # fail on a bad template before any model work
     if not layout.generate_work.is_dir():
         raise RecipeError(f"no generate work in {str(layout.generate_work)!r}: run `rsgen generate` first")
-    generate_records = records_by_key(CheckpointStore(layout.generate_work), GenerateRecord)
+    generate_records = decided_records(recipe)  # with the verify stage's decisions
     prepared = prepared_index(recipe.output_dir)
     _check_generate_finished(generate_records, prepared, recipe)
     # The explore pass (before this stage) adds sampled responses that need a verdict too.
@@ -229,6 +241,12 @@ def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
                        else {})
     items = select_items(generate_records, prepared, recipe, explore_records)
     store = CheckpointStore(layout.judge_work)
+    if state.is_main_process:
+        dropped = store.retain(_still_applies({item.key: item for item in items}))
+        if dropped:
+            _log(state, f"judge: {dropped} verdicts set aside: the verify stage's decisions changed their pairs (now "
+                        "accepted, out of the calibration sample, or another candidate); only these are judged again")
+    state.wait_for_everyone()
     kinds = Counter(item.kind for item in items)
     decisive = sum(needs_judging(rec) for rec in [*generate_records.values(), *explore_records.values()]) - kinds[REJECTED]
     done = len(store.done_keys() & {item.key for item in items})

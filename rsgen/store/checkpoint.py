@@ -17,7 +17,7 @@ import os
 import time
 import uuid
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,25 @@ class CheckpointStore:
         logger.warning("checkpoint part %s is damaged (%s): moved to %s; its keys will be done again",
                        part, problem, quarantine / part.name)
         return []
+
+    def retain(self, keep: Callable[[dict[str, Any]], bool]) -> int:
+        """Drop the records `keep` refuses (work that no longer applies, e.g. a verdict on a candidate that changed);
+        returns how many were dropped. Main process only. Each part holding such a record is written again
+        without it as a new part, then the old part is removed: a crash in between leaves both, and the next call
+        drops the same records again."""
+        dropped = 0
+        for part in self.parts():
+            lines = self._read_part(part)
+            kept = [json.loads(line) for line in lines]
+            kept = [rec for rec in kept if keep(rec)]
+            if len(kept) == len(lines):
+                continue
+            dropped += len(lines) - len(kept)
+            with PartWriter(self.directory, 0, max(1, len(kept)), float("inf")) as writer:
+                writer.extend(kept)
+            part.unlink()
+            fsync_path(self.directory)
+        return dropped
 
     def writer(self, rank: int, every_items: int = 256, every_seconds: float = 60.0) -> PartWriter:
         return PartWriter(self.directory, rank, every_items, every_seconds)

@@ -212,4 +212,6 @@ def scripted_recipe(root, **overrides):
               "judge_scope": "all", "max_new_tokens": 64, **overrides}
     if values.get("num_samples", 1) > 1:
         values.setdefault("temperature", 0.7)  # sampling several answers needs temperature > 0
-    return recipe_from_dict(values)
+    from rsgen.testing.work import verified_as_scripted
+
+    return verified_as_scripted(recipe_from_dict(values))  # the scripted decisions are the verify stage's
