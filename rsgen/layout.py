@@ -37,6 +37,17 @@ class OutputLayout:
         return self.work / "generate"
 
     @property
+    def verify_work(self) -> Path:
+        """CheckpointStore parts of the verify stage (one decision per generate record) and `settings.json`, the
+        verifier settings they were made with."""
+        return self.work / "verify"
+
+    @property
+    def verify_previous(self) -> Path:
+        """The decisions of the previous verifier settings while verify decides again (to count what changed)."""
+        return self.work / "verify.previous"
+
+    @property
     def explore_work(self) -> Path:
         """CheckpointStore parts of the explore stage (one record per sampled response, key "{id}#{sample}")."""
         return self.work / "explore"

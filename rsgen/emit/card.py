@@ -146,14 +146,14 @@ def size_category(count: int) -> str:
 
 
 def default_config(stats: dict[str, Any]) -> str | None:
-    """The config `load_dataset(dir, split="train")` reads: the first family's `_sft` view (what a TRL user
-    trains on), else the first config written."""
-    configs = configs_of(stats)
-    first = next(iter(stats["families"].values()), None)
-    sft = first and first["splits"].get("sft", {})
-    if sft and sft.get("rows"):
-        return sft["config"]
-    return configs[0] if configs else None
+    """The config `load_dataset(dir, split="train")` reads: the `_sft` view (what a TRL user trains on) of the first
+    family that has one with rows; None when no family has (then no config is the default, and `load_dataset`
+    without a config name lists the configs instead of handing out rejected rows as training data)."""
+    for fam in stats["families"].values():
+        sft = fam["splits"].get("sft") or {}
+        if sft.get("rows"):
+            return sft["config"]
+    return None
 
 
 def source_datasets(stats: dict[str, Any]) -> list[str]:

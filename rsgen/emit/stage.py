@@ -24,7 +24,8 @@ import pyarrow.compute as pc
 import yaml
 
 from rsgen.config import RecipeConfig
-from rsgen.emit.card import write_card
+from rsgen.decisions import decided_records
+from rsgen.emit.card import default_config, write_card
 from rsgen.emit.splits import (
     EmitError,
     FamilyRouting,
@@ -44,12 +45,13 @@ from rsgen.emit.stats import (
     config_features,
     config_name,
     family_stats,
-    gate_warnings,
+    stats_table,
     write_stats,
     written_kinds,
 )
 from rsgen.emit.trl_views import VIEWS
 from rsgen.layout import OutputLayout
+from rsgen.routing import gate_warnings
 from rsgen.schema import PreparedPool, open_prepared
 from rsgen.shards import ParquetShardWriter, swap_dir_into_place, written_sizes
 
@@ -199,17 +201,29 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def load_work(recipe: RecipeConfig) -> WorkRecords:
-    """The generate, judge (and explore) work of the recipe's output directory, as emit routes it."""
+    """The generate (with verify's decisions), judge (and explore) work of the recipe's output directory, as emit
+    routes it."""
     layout = OutputLayout(recipe.output_dir)
-    return WorkRecords.load(layout.generate_work, layout.judge_work, judge_enabled=recipe.judge,
+    return WorkRecords.load(decided_records(recipe).values(), layout.judge_work, judge_enabled=recipe.judge,
                             num_samples=recipe.num_samples, judge_scope=recipe.judge_scope,
                             numeric_tolerance=recipe.numeric_tolerance,
                             min_specificity=recipe.judge_min_specificity,
                             explore_dir=layout.explore_work if recipe.explore_samples else None)
 
 
-def run_emit(recipe: RecipeConfig, work: WorkRecords | None = None, extra_stats: dict[str, Any] | None = None) -> Path:
+def check_emit(recipe: RecipeConfig) -> None:
+    """Pre-flight: the recipe's views exist (and have the explore pass they need); a push can reach the Hub."""
+    written_kinds(recipe.views, explore=recipe.explore_samples > 0)
+    if recipe.push_to_hub:
+        from rsgen.emit.push import check_hub_access
+
+        check_hub_access(recipe)
+
+
+def run_emit(recipe: RecipeConfig, state=None, *, work: WorkRecords | None = None,
+             extra_stats: dict[str, Any] | None = None) -> Path:
     """Write OUTPUT_DIR/dataset/ (splits, TRL views, card, assets) and OUTPUT_DIR/stats.json; push if asked.
+    One writer: the pipeline calls it on the main process only (`state` is unused).
 
     `work`: the records to route (default: the output directory's own work; `rsgen iterate` passes its rounds
     merged); `extra_stats`: more top-level stats.json entries the card renders (`iterate`)."""
@@ -241,7 +255,10 @@ def run_emit(recipe: RecipeConfig, work: WorkRecords | None = None, extra_stats:
                                   report, recipe.max_new_tokens, recipe.judge_min_specificity)
         for plan in families.values()
     }
-    for warning in gate_warnings(stats_families, recipe.judge_min_specificity):
+    gate = {family: ((fam["calibration"] or {}).get("known_wrong_rejected", 0),
+                     (fam["calibration"] or {}).get("known_wrong_total", 0), fam["judge"]["withheld"])
+            for family, fam in stats_families.items() if fam["judge"]["enabled"]}
+    for warning in gate_warnings(gate, recipe.judge_min_specificity):
         logger.warning(warning)
     stats = {**build_stats(recipe, stats_families, _read_json(layout.run_json), report, outside), **(extra_stats or {})}
 
@@ -251,6 +268,11 @@ def run_emit(recipe: RecipeConfig, work: WorkRecords | None = None, extra_stats:
     write_stats(layout.stats_json, stats)
     written = sum(1 for plan in families.values() for split in plan.plans.values() if split.rows)
     _log(f"dataset written to {layout.dataset} ({written} configs); stats in {layout.stats_json}")
+    print("\n" + stats_table(stats), flush=True)  # the run's final table, on stdout like generate's table
+    if default_config(stats) is None:
+        logger.warning(f"no default config: no family has accepted QA pairs in an `_sft` view, so "
+                       f"`load_dataset({str(layout.dataset)!r})` needs a config name (the rejected splits are never "
+                       "the default)")
 
     if recipe.push_to_hub:
         from rsgen.emit.push import push_dataset

@@ -16,6 +16,7 @@ from typing import Any
 from rsgen.config import RecipeConfig
 from rsgen.emit.splits import EmitError, PairOutcome, WorkRecords
 from rsgen.emit.stage import load_work
+from rsgen.records import JudgeRecord
 from rsgen.schema import iter_questions, open_prepared
 
 
@@ -69,9 +70,9 @@ def merge_rounds(round_recipes: list[RecipeConfig]) -> tuple[MergedWork, dict[in
     return merged, contributed
 
 
-def _keys_by_id(records: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+def _keys_by_id(records: dict[str, JudgeRecord]) -> dict[str, list[str]]:
     """QA id -> the keys of its records (greedy and explore samples alike)."""
     out: dict[str, list[str]] = {}
     for key, rec in records.items():
-        out.setdefault(rec["id"], []).append(key)
+        out.setdefault(rec.id, []).append(key)
     return out
