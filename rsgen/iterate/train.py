@@ -119,6 +119,7 @@ def train_round(recipe: RecipeConfig, start_model: str, rows, output_dir: Path, 
     losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
     return {
         "rows": len(rows),
+        "processes": trainer.args.world_size,  # the Trainer's accelerate: every process of the launch trains
         "steps": trainer.state.global_step,
         "train_loss": result.training_loss,
         "losses": losses,
