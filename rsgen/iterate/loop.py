@@ -44,6 +44,8 @@ from rsgen.store import distributed_state
 logger = logging.getLogger(__name__)
 
 ITERATE_VERSION = 1
+# The `pin` keys of the iterate group (rsgen.config): the slice's fraction is pinned once the slice is chosen, these
+# once a round's training has started.
 TRAIN_PINS = ("iterate_train", "iterate_from")
 
 

@@ -81,3 +81,10 @@ def test_a_changed_eval_fraction_or_training_setup_is_refused_once_used(tmp_path
     with pytest.raises(RecipeError, match="iterate_from: 'previous' -> 'base'"):
         check_iterate_pins(recipe(tmp_path, iterate_train={"learning_rate": 2e-4}, iterate_from="base"), trained)
     check_iterate_pins(recipe(tmp_path, iterate_train={"learning_rate": 2e-4}), trained)
+
+
+def test_the_iterate_pins_are_the_keys_the_loop_refuses_to_change():
+    from rsgen.config import pinned_keys
+    from rsgen.iterate.loop import TRAIN_PINS
+
+    assert set(pinned_keys("iterate")) == {*TRAIN_PINS, "iterate_eval_fraction"}
