@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -81,9 +82,24 @@ def training_rows(dataset_dir: Path, held_out: set[str]):
 
 
 def last_checkpoint(output_dir: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest complete TRL checkpoint in `output_dir`, or None. The Trainer writes trainer_state.json last into
+    a checkpoint folder, so a kill inside a save leaves the newest folder without it (or with it cut short):
+    transformers' `get_last_checkpoint` would pick that one and the resume would fail; the one before is whole."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-    return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+    found = []
+    for path in output_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if output_dir.is_dir() else ():
+        step = path.name.rpartition("-")[2]
+        if step.isdigit() and path.is_dir():
+            found.append((int(step), path))
+    for _step, path in sorted(found, reverse=True):
+        try:
+            json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            logger.warning("iterate: %s is incomplete (killed while it was saved?): not resuming from it", path)
+            continue
+        return str(path)
+    return None
 
 
 def train_round(recipe: RecipeConfig, start_model: str, rows, output_dir: Path, model_out: Path, state) -> dict:

@@ -88,3 +88,18 @@ def test_the_iterate_pins_are_the_keys_the_loop_refuses_to_change():
     from rsgen.iterate.loop import TRAIN_PINS
 
     assert set(pinned_keys("iterate")) == {*TRAIN_PINS, "iterate_eval_fraction"}
+
+
+def test_training_resumes_from_the_newest_complete_checkpoint(tmp_path):
+    from rsgen.iterate.train import last_checkpoint
+
+    assert last_checkpoint(tmp_path / "none") is None
+    for step, state in ((2, '{"global_step": 2}'), (3, '{"global_st'), (4, None), (10, '{"global_step": 10}')):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"x")
+        if state is not None:
+            (folder / "trainer_state.json").write_text(state)
+    assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")  # by step number, not by name
+    (tmp_path / "checkpoint-10" / "trainer_state.json").unlink()  # killed inside the save of step 10
+    assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")  # 4 has no state, 3's is cut short
