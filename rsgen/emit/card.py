@@ -17,7 +17,14 @@ from typing import Any
 import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from rsgen.emit.plots import PASS_RATE_PLOT_NAME, PLOT_NAME, draw_pass_rate_plot, draw_stats_plot
+from rsgen.emit.plots import (
+    ITERATE_PLOT_NAME,
+    PASS_RATE_PLOT_NAME,
+    PLOT_NAME,
+    draw_iterate_plot,
+    draw_pass_rate_plot,
+    draw_stats_plot,
+)
 from rsgen.emit.splits import EmitError
 from rsgen.emit.stats import config_features, config_glob
 
@@ -74,14 +81,14 @@ def size_category(count: int) -> str:
 
 
 def default_config(stats: dict[str, Any]) -> str | None:
-    """The config `load_dataset(dir, split="train")` reads: the first family's `_sft` view (what a TRL user
-    trains on), else the first config written."""
-    configs = configs_of(stats)
-    first = next(iter(stats["families"].values()), None)
-    sft = first and first["splits"].get("sft", {})
-    if sft and sft.get("rows"):
-        return sft["config"]
-    return configs[0] if configs else None
+    """The config `load_dataset(dir, split="train")` reads: the `_sft` view (what a TRL user trains on) of the first
+    family that has one with rows; None when no family has (then no config is the default, and `load_dataset`
+    without a config name lists the configs instead of handing out rejected rows as training data)."""
+    for fam in stats["families"].values():
+        sft = fam["splits"].get("sft") or {}
+        if sft.get("rows"):
+            return sft["config"]
+    return None
 
 
 def source_datasets(stats: dict[str, Any]) -> list[str]:
@@ -137,7 +144,7 @@ def dataset_infos(stats: dict[str, Any]) -> list[dict[str, Any]]:
             splits = SplitDict()
             splits.add(SplitInfo(name="train", num_bytes=split["num_bytes"], num_examples=split["rows"]))
             infos[split["config"]] = DatasetInfo(
-                features=config_features(kind), splits=splits, download_size=split["download_size"],
+                features=config_features(kind, rounds="iterate" in stats), splits=splits, download_size=split["download_size"],
                 dataset_size=split["num_bytes"], config_name=split["config"])
     holder = DatasetCardData()
     infos.to_dataset_card_data(holder)
@@ -439,7 +446,8 @@ def card_context(stats: dict[str, Any], dataset_dir: Path) -> dict[str, Any]:
     title, demo, sources, family_names, overview_table, disk {total, per_kind}, family_tables [{family, split_table,
     summary_table, empty_configs}], plot_name, gen (stats.generation), chat_template_kwargs, tokens_table,
     wall_times [(stage, seconds)], wall_total, verifiers [{name, families}], judge_counts, calibration, gate,
-    judge_table, spot_checks, explore {table, histogram, plot_name} or None, training {repo, family}, examples
+    judge_table, spot_checks, explore {table, histogram, plot_name} or None, iterate {rounds, base_model,
+    from_base, held_out_images, held_out_fraction, rounds_table, family_table, plot_name, stopped} or None, training {repo, family}, examples
     [{family, config, rows}], cleaning {policy_version, steps, report, pool}, license_other.
 
     Building it writes the example images into `dataset_dir/assets/`."""
@@ -469,6 +477,7 @@ def card_context(stats: dict[str, Any], dataset_dir: Path) -> dict[str, Any]:
         "judge_table": judge_table(stats),
         "spot_checks": spot_checks(stats),
         "explore": explore_figures(stats),
+        "iterate": iterate_figures(stats),
         "training": training_figures(stats),
         "examples": examples(stats, dataset_dir),
         "cleaning": cleaning_figures(stats),
@@ -505,6 +514,43 @@ def check_template(path: str | Path | None) -> None:
         raise _template_error(Path(path), err) from None
 
 
+def _pct(value: float | None) -> str:
+    return "–" if value is None else _rate(value)
+
+
+def iterate_figures(stats: dict[str, Any]) -> dict[str, Any] | None:
+    """`rsgen iterate`: the rounds table and the held-out curve per family (None without iterate)."""
+    it = stats.get("iterate")
+    if not it:
+        return None
+    rounds = it["rounds"]
+    rows = []
+    for r in rounds:
+        training = r.get("training") or {}
+        losses = training.get("losses") or []
+        rows.append([str(r["round"]), f"`{r['model']}`", _pct(r["held_out"]["verifier_rate"]),
+                     _pct(r["held_out"]["accept_rate"]), _pct(r["train"]["accept_rate"]),
+                     _n(r.get("contributed_accepted", 0)),
+                     f"{_n(training['rows'])} pairs" if "rows" in training else "–",
+                     f"{losses[0][1]:.3f} → {losses[-1][1]:.3f}" if losses else "–"])
+    families = sorted({f for r in rounds for f in r["held_out"]["families"]})
+    return {
+        "rounds": len(rounds),
+        "base_model": it["base_model"],
+        "from_base": it["iterate_from"] == "base",
+        "held_out_images": _n(it["held_out"]["images"]),
+        "held_out_fraction": f"{it['held_out']['fraction']:.0%}",
+        "rounds_table": _table(["round", "model", "held-out accept (verifier)", "held-out accept (verifier + judge)",
+                                "training-slice accept", "accepted pairs kept here", "fine-tuned on",
+                                "SFT loss (first → last step)"], rows),
+        "family_table": _table(["family", *(f"round {r['round']}" for r in rounds)],
+                               [[family, *(_pct(r["held_out"]["families"].get(family, {}).get("verifier_rate"))
+                                           for r in rounds)] for family in families]),
+        "plot_name": ITERATE_PLOT_NAME,
+        "stopped": it.get("stopped"),
+    }
+
+
 def render_card_text(stats: dict[str, Any], dataset_dir: Path) -> str:
     """The card's text; writes the example images and the plots into `dataset_dir/assets/` as it goes."""
     import jinja2
@@ -514,6 +560,8 @@ def render_card_text(stats: dict[str, Any], dataset_dir: Path) -> str:
     draw_stats_plot(stats, assets / PLOT_NAME)
     if any(fam.get("explore") for fam in stats["families"].values()):
         draw_pass_rate_plot(stats, assets / PASS_RATE_PLOT_NAME)
+    if stats.get("iterate"):
+        draw_iterate_plot(stats, assets / ITERATE_PLOT_NAME)
     path = template_path(stats)
     try:
         card = DatasetCard.from_template(card_data(stats), template_path=str(path), **card_context(stats, dataset_dir))
