@@ -748,12 +748,14 @@ def iterate_section(stats: dict[str, Any]) -> str:
     held = it["held_out"]
     start = ("every round fine-tuned the base model afresh (`iterate_from: base`, ReST-EM)" if it["iterate_from"] == "base"
              else "each round fine-tuned the model of the round before (`iterate_from: previous`)")
+    dpo = (", then TRL's `DPOTrainer` on its on-policy pairs (`_dpo_onpolicy`: a verified-correct and a "
+           "verified-wrong response of the model)" if any("dpo" in r for r in rounds) else "")
     lines = [
         "## Self-improvement rounds (`rsgen iterate`)",
         "",
         f"This dataset comes from {len(rounds)} round(s) of rejection sampling. Round 0 answered with "
         f"`{it['base_model']}`; after each round the accepted pairs of the training slice (its `_sft` rows) "
-        f"fine-tuned the next model with TRL's `SFTTrainer`; {start}. A fixed held-out slice — "
+        f"fine-tuned the next model with TRL's `SFTTrainer`{dpo}; {start}. A fixed held-out slice — "
         f"{_n(held['images'])} images, {held['fraction']:.0%} of each family's, chosen by image so no image was both "
         "trained on and measured — was answered greedily by every round's model: its accept rate is the curve below. "
         "Every QA pair appears once: an accepted pair comes from the first round that got it right, a rejected one "
@@ -768,6 +770,8 @@ def iterate_section(stats: dict[str, Any]) -> str:
         losses = training.get("losses") or []
         loss = f"{losses[0][1]:.3f} → {losses[-1][1]:.3f}" if losses else "–"
         rows = f"{_n(training['rows'])} pairs" if "rows" in training else "–"
+        if (r.get("dpo") or {}).get("rows"):
+            rows += f", then DPO on {_n(r['dpo']['rows'])} on-policy pairs"
         lines.append(f"| {r['round']} | `{r['model']}` | {_pct(r['held_out']['verifier_rate'])} | "
                      f"{_pct(r['held_out']['accept_rate'])} | {_pct(r['train']['accept_rate'])} | "
                      f"{_n(r.get('contributed_accepted', 0))} | {rows} | {loss} |")
