@@ -165,6 +165,7 @@ class RecipeConfig:
     iterate_rounds: int = field(default=2, metadata={"stage": "iterate", "help": "fine-tuning rounds: round k answers with model k (model 0 = model_name_or_path) and trains model k+1 on its accepted pairs; rounds 0..iterate_rounds are measured"})
     iterate_train: dict[str, Any] = field(default_factory=dict, metadata={"stage": "iterate", "pin": True, "help": "TRL SFTConfig arguments of each round's fine-tuning, e.g. {learning_rate: 2.0e-5, num_train_epochs: 1} (output_dir is rsgen's)"})
     iterate_from: str = field(default="previous", metadata={"stage": "iterate", "pin": True, "help": "previous = round k fine-tunes model k (STaR-style); base = every round fine-tunes model_name_or_path afresh (ReST-EM)"})
+    iterate_dpo: dict[str, Any] | None = field(default=None, metadata={"stage": "iterate", "pin": True, "help": "TRL DPOConfig arguments of a DPO step after each round's SFT, on the round's _dpo_onpolicy pairs of the training slice (needs explore_samples > 0); null = SFT only"})
     iterate_eval_fraction: float = field(default=0.2, metadata={"stage": "iterate", "pin": True, "help": "share of each family's images held out: measured every round, never trained on"})
     iterate_stop_when_worse: bool = field(default=True, metadata={"stage": "iterate", "help": "stop when a round's held-out verifier accept rate falls below the round before"})
 

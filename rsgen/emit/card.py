@@ -447,7 +447,7 @@ def card_context(stats: dict[str, Any], dataset_dir: Path) -> dict[str, Any]:
     summary_table, empty_configs}], plot_name, gen (stats.generation), chat_template_kwargs, tokens_table,
     wall_times [(stage, seconds)], wall_total, verifiers [{name, families}], judge_counts, calibration, gate,
     judge_table, spot_checks, explore {table, histogram, plot_name} or None, iterate {rounds, base_model,
-    from_base, held_out_images, held_out_fraction, rounds_table, family_table, plot_name, stopped} or None, training {repo, family}, examples
+    from_base, dpo, held_out_images, held_out_fraction, rounds_table, family_table, plot_name, stopped} or None, training {repo, family}, examples
     [{family, config, rows}], cleaning {policy_version, steps, report, pool}, license_other.
 
     Building it writes the example images into `dataset_dir/assets/`."""
@@ -518,6 +518,15 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else _rate(value)
 
 
+def fine_tuned_on(round_: dict[str, Any]) -> str:
+    """What a round's model was trained on: its SFT pairs, then its on-policy DPO pairs (with iterate_dpo)."""
+    training = round_.get("training") or {}
+    rows = f"{_n(training['rows'])} pairs" if "rows" in training else "–"
+    if (round_.get("dpo") or {}).get("rows"):
+        rows += f", then DPO on {_n(round_['dpo']['rows'])} on-policy pairs"
+    return rows
+
+
 def iterate_figures(stats: dict[str, Any]) -> dict[str, Any] | None:
     """`rsgen iterate`: the rounds table and the held-out curve per family (None without iterate)."""
     it = stats.get("iterate")
@@ -531,13 +540,14 @@ def iterate_figures(stats: dict[str, Any]) -> dict[str, Any] | None:
         rows.append([str(r["round"]), f"`{r['model']}`", _pct(r["held_out"]["verifier_rate"]),
                      _pct(r["held_out"]["accept_rate"]), _pct(r["train"]["accept_rate"]),
                      _n(r.get("contributed_accepted", 0)),
-                     f"{_n(training['rows'])} pairs" if "rows" in training else "–",
+                     fine_tuned_on(r),
                      f"{losses[0][1]:.3f} → {losses[-1][1]:.3f}" if losses else "–"])
     families = sorted({f for r in rounds for f in r["held_out"]["families"]})
     return {
         "rounds": len(rounds),
         "base_model": it["base_model"],
         "from_base": it["iterate_from"] == "base",
+        "dpo": any("dpo" in r for r in rounds),
         "held_out_images": _n(it["held_out"]["images"]),
         "held_out_fraction": f"{it['held_out']['fraction']:.0%}",
         "rounds_table": _table(["round", "model", "held-out accept (verifier)", "held-out accept (verifier + judge)",
