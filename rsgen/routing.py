@@ -4,7 +4,8 @@ stage selects its work with them, emit routes every QA pair with them).
 - A generate record is judged when the verifier rejected it and it has an extractable answer (`needs_judging`),
   unless the rejection is decisive and `judge_scope` is `undecided` (the default): a number outside the
   verifier's tolerance, or a different option letter, stays `wrong_answer` without asking the judge
-  (`rsgen.verify.decisive`). Pairs with nothing extractable stay rejected as `no_answer`.
+  (`rsgen.verify.decisive`). Pairs with nothing extractable stay rejected as `no_answer`, pairs whose reference
+  the verifier cannot use as `bad_input`.
 - Only a `CORRECT` verdict promotes. `WRONG` -> `wrong_answer`, `UNSURE` -> `judge_unsure`; UNSURE never counts.
 - The leniency gate: in a family where the judge said WRONG to fewer than `judge_min_specificity` of the
   known-wrong calibration pairs (or where none could be measured), a `CORRECT` is withheld: `judge_withheld`.
@@ -14,64 +15,61 @@ Calibration records (keys "calibration:{key}" and "known_wrong:{id}") never take
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
+from rsgen.records import CORRECT, UNSURE, WRONG, GenerateRecord, JudgeRecord
+from rsgen.verify.decision import BAD_INPUT, NO_ANSWER, WRONG_ANSWER
 from rsgen.verify.decisive import decisive_mismatch
 
-CORRECT = "CORRECT"
-WRONG = "WRONG"
-UNSURE = "UNSURE"
-VERDICTS = (CORRECT, WRONG, UNSURE)
-REJECTED = "rejected"
-CALIBRATION = "calibration"  # a verifier-accepted pair: the judge should say CORRECT
-KNOWN_WRONG = "known_wrong"  # a pair built to be wrong: the judge should say WRONG
-CALIBRATION_PREFIX = CALIBRATION + ":"
-KNOWN_WRONG_PREFIX = KNOWN_WRONG + ":"
 JUDGE_SCOPES = ("undecided", "all")
 WITHHELD = "judge_withheld"
+JUDGE_UNSURE = "judge_unsure"
+# The reasons routing gives a rejected pair besides the verifier's own (rsgen.verify.REASONS, kept as they are with
+# judge: false); docs/reasons.md is made from this table.
+ROUTING_REASONS: dict[str, str] = {
+    WRONG_ANSWER: "the verifier rejected the answer and the judge said WRONG, or the mismatch was decisive (a "
+                  "number beyond the tolerance, another option) and never reached the judge",
+    JUDGE_UNSURE: "the verifier rejected the answer and the judge said UNSURE (never counts as correct)",
+    WITHHELD: "the judge said CORRECT, but in a family whose judge failed the known-wrong calibration "
+              "(judge_min_specificity): the promotion is withheld",
+}
 
 
 class JudgeMissingError(RuntimeError):
     """A pair that needs a verdict has none: the judge stage did not finish."""
 
 
-def needs_judging(generate_record: dict[str, Any]) -> bool:
-    """A verifier rejection with an extractable answer (before the decisive rule)."""
+# Rejections no judge can rescue: nothing was answered, or the reference itself cannot be used (bad_input: never
+# judged, never promoted, never a DPO pair; it stays bad_input in every count).
+UNJUDGEABLE_REASONS = (NO_ANSWER, BAD_INPUT)
+
+
+def needs_judging(generate_record: GenerateRecord) -> bool:
+    """A verifier rejection with an extractable answer and a usable reference (before the decisive rule)."""
     return (
-        not generate_record["match"]
-        and generate_record.get("extracted") is not None
-        and generate_record.get("reason") != "no_answer"
+        not generate_record.match
+        and generate_record.extracted is not None
+        and generate_record.reason not in UNJUDGEABLE_REASONS
     )
 
 
-def is_decisive(generate_record: dict[str, Any], answers: Sequence[str], options: Sequence[str] | None,
+def is_decisive(generate_record: GenerateRecord, answers: Sequence[str], options: Sequence[str] | None,
                 numeric_tolerance: float | None) -> bool:
     """A verifier rejection that is final: see `rsgen.verify.decisive`."""
     return (
         needs_judging(generate_record)
-        and generate_record.get("reason") == "wrong_answer"
-        and decisive_mismatch(generate_record.get("verifier") or "", generate_record["extracted"], list(answers),
+        and generate_record.reason == WRONG_ANSWER
+        and decisive_mismatch(generate_record.verifier or "", generate_record.extracted, list(answers),
                               options=list(options) if options else None, numeric_tolerance=numeric_tolerance)
     )
 
 
-def goes_to_judge(generate_record: dict[str, Any], answers: Sequence[str], options: Sequence[str] | None,
+def goes_to_judge(generate_record: GenerateRecord, answers: Sequence[str], options: Sequence[str] | None,
                   judge_scope: str, numeric_tolerance: float | None) -> bool:
     """Whether the judge grades this record: `needs_judging`, and not decisive unless `judge_scope` is `all`."""
     if not needs_judging(generate_record):
         return False
     return judge_scope == "all" or not is_decisive(generate_record, answers, options, numeric_tolerance)
-
-
-def judge_key(generate_key: str, kind: str = REJECTED) -> str:
-    """Key of the judge record for a generate record: the generate key itself (the QA id when num_samples is 1),
-    prefixed with "calibration:" for a calibration pair."""
-    return CALIBRATION_PREFIX + generate_key if kind == CALIBRATION else generate_key
-
-
-def known_wrong_key(qa_id: str) -> str:
-    return KNOWN_WRONG_PREFIX + qa_id
 
 
 def specificity(known_wrong_rejected: int, known_wrong_total: int) -> float | None:
@@ -89,9 +87,24 @@ def judge_trusted(known_wrong_rejected: int, known_wrong_total: int, min_specifi
     return rate is not None and rate >= min_specificity
 
 
+def gate_warnings(families: Mapping[str, tuple[int, int, int]], min_specificity: float) -> list[str]:
+    """One line per family whose promotions the leniency gate withholds. `families`: family -> (known-wrong pairs
+    the judge called WRONG, known-wrong pairs judged, promotions withheld)."""
+    out = []
+    for family, (rejected, total, withheld) in families.items():
+        if judge_trusted(rejected, total, min_specificity):
+            continue
+        rate = specificity(rejected, total)
+        measured = (f"said WRONG to only {rejected}/{total} known-wrong pairs ({rate:.1%})" if rate is not None
+                    else "could not be measured on known-wrong pairs")
+        out.append(f"family {family}: the judge {measured}, below judge_min_specificity {min_specificity:.0%}; "
+                   f"{withheld} promotion(s) withheld (reason {WITHHELD})")
+    return out
+
+
 def route(
-    generate_record: dict[str, Any],
-    judge_record: dict[str, Any] | None,
+    generate_record: GenerateRecord,
+    judge_record: JudgeRecord | None,
     judge_enabled: bool,
     *,
     judged: bool | None = None,
@@ -101,24 +114,24 @@ def route(
 
     `judged`: whether the record goes to the judge (`goes_to_judge`); None means `needs_judging` (no decisive
     rule). `trusted`: the family passed the leniency gate (`judge_trusted`)."""
-    if generate_record["match"]:
+    if generate_record.match:
         return True, None
     if judged is None:
         judged = needs_judging(generate_record)
     if not judge_enabled or not needs_judging(generate_record):
-        return False, generate_record.get("reason")
+        return False, generate_record.reason
     if not judged:  # a decisive mismatch: final
-        return False, "wrong_answer"
+        return False, WRONG_ANSWER
     if judge_record is None:
         raise JudgeMissingError(
-            f"QA pair {generate_record['key']!r} was rejected by the verifier but has no judge verdict; "
+            f"QA pair {generate_record.key!r} was rejected by the verifier but has no judge verdict; "
             "run `rsgen judge` (or `rsgen run`) to finish the judge stage"
         )
-    verdict = judge_record["verdict"]
+    verdict = judge_record.verdict
     if verdict == CORRECT:
         return (True, None) if trusted else (False, WITHHELD)
     if verdict == WRONG:
-        return False, "wrong_answer"
+        return False, WRONG_ANSWER
     if verdict == UNSURE:
-        return False, "judge_unsure"
-    raise ValueError(f"judge record {judge_record['key']!r} has an unknown verdict {verdict!r}")
+        return False, JUDGE_UNSURE
+    raise ValueError(f"judge record {judge_record.key!r} has an unknown verdict {verdict!r}")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from rsgen.config import (
-    STAGES,
+    KEY_GROUPS,
     RecipeConfig,
     RecipeError,
     SourceConfig,
@@ -84,7 +84,7 @@ def test_missing_recipe_file(tmp_path):
 
 def test_every_key_has_a_stage_and_a_help():
     for f in dataclasses.fields(RecipeConfig):
-        assert f.metadata.get("stage") in STAGES, f"{f.name}: metadata stage must be one of {list(STAGES)}"
+        assert f.metadata.get("stage") in KEY_GROUPS, f"{f.name}: metadata stage must be one of {list(KEY_GROUPS)}"
         assert f.metadata.get("help"), f"{f.name}: metadata needs a one-line help"
     for f in dataclasses.fields(SourceConfig):
         assert f.metadata.get("help"), f"sources: {f.name}: metadata needs a one-line help"

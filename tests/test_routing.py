@@ -2,12 +2,14 @@
 
 import pytest
 
+from rsgen.records import GenerateRecord, JudgeRecord
 from rsgen.routing import goes_to_judge, is_decisive, judge_trusted, route, specificity
 
 
 def record(extracted, verifier="relaxed", match=False, reason="wrong_answer"):
-    return {"key": "k", "extracted": extracted, "match": match, "reason": None if match else reason,
-            "verifier": verifier}
+    return GenerateRecord(key="k", id="k", sample=0, family="F", question="q", response="r", extracted=extracted,
+                          match=match, reason=None if match else reason, verifier=verifier, prompt_tokens=1,
+                          generated_tokens=1, hit_limit=False)
 
 
 @pytest.mark.parametrize("rec, answers, options, scope, judged", [
@@ -42,7 +44,8 @@ def test_leniency_gate(rejected, total, minimum, trusted):
 
 def test_specificity_and_withheld_route():
     assert specificity(3, 4) == 0.75 and specificity(0, 0) is None
-    correct = {"key": "k", "verdict": "CORRECT"}
+    correct = JudgeRecord(key="k", id="k", kind="rejected", reference="9", candidate="ten", verdict="CORRECT",
+                          response="CORRECT", prompt_tokens=1, generated_tokens=1, hit_limit=False, model="m")
     assert route(record("ten"), correct, True, judged=True, trusted=True) == (True, None)
     assert route(record("ten"), correct, True, judged=True, trusted=False) == (False, "judge_withheld")
     assert route(record("10"), None, True, judged=False) == (False, "wrong_answer")  # decisive: no verdict needed

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -28,8 +27,7 @@ def run_demo(output_dir: str = "runs/demo", num_images: int | None = None, seed:
         from rsgen.demo.truth import check_demo_run
 
         layout = OutputLayout(recipe.output_dir)
-        print_stats_table(json.loads(layout.stats_json.read_text()))
-        # The pool knows every answer: grade what was accepted against the scenes, not against the judge.
+        # (emit printed the statistics table.) The pool knows every answer: grade what was accepted against the scenes, not against the judge.
         print("\n" + check_demo_run(recipe.output_dir, source.demo_num_images, source.demo_seed).line())
         print(f"\ndemo finished in {time.perf_counter() - start:.0f} s")
         configs = sorted(p.name for p in (layout.dataset / "data").iterdir())
@@ -37,23 +35,3 @@ def run_demo(output_dir: str = "runs/demo", num_images: int | None = None, seed:
         print(f"         load one with datasets.load_dataset({str(layout.dataset)!r}, {configs[0]!r}, split='train')")
         print(f"card:    {layout.dataset / 'README.md'}")
     return OutputLayout(recipe.output_dir).dataset
-
-
-def print_stats_table(stats: dict) -> None:
-    """Per family: accepted, rejected, accept rate, judge promotions (and withheld ones), and both calibration sides:
-    verifier-accepted pairs the judge agreed with, known-wrong pairs it rejected."""
-    families = stats["families"]
-    header = (f"{'family':<12} {'accepted':>9} {'rejected':>9} {'accept rate':>12} {'judge +':>8} {'withheld':>9} "
-              f"{'agreed':>8} {'known-wrong rejected':>21}")
-    print("\n" + header)
-    print("-" * len(header))
-    for name, fam in sorted(families.items()):
-        calib = fam.get("calibration") or {}
-        judge = fam.get("judge", {})
-        agreed = f"{calib['agreed']}/{calib['total']}" if calib.get("total") else "-"
-        rejected = f"{calib['known_wrong_rejected']}/{calib['known_wrong_total']}" if calib.get("known_wrong_total") \
-            else "-"
-        print(
-            f"{name:<12} {fam['accepted_qa']:>9} {fam['rejected_qa']:>9} {fam['accept_rate']:>11.1%} "
-            f"{judge.get('promoted', 0):>8} {judge.get('withheld', 0):>9} {agreed:>8} {rejected:>21}"
-        )

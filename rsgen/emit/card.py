@@ -18,7 +18,14 @@ from typing import Any
 import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from rsgen.emit.plots import PASS_RATE_PLOT_NAME, PLOT_NAME, draw_pass_rate_plot, draw_stats_plot
+from rsgen.emit.plots import (
+    ITERATE_PLOT_NAME,
+    PASS_RATE_PLOT_NAME,
+    PLOT_NAME,
+    draw_iterate_plot,
+    draw_pass_rate_plot,
+    draw_stats_plot,
+)
 from rsgen.emit.stats import config_features, config_glob
 
 TEMPLATE_PATH = Path(__file__).with_name("card_template.md")
@@ -139,14 +146,14 @@ def size_category(count: int) -> str:
 
 
 def default_config(stats: dict[str, Any]) -> str | None:
-    """The config `load_dataset(dir, split="train")` reads: the first family's `_sft` view (what a TRL user
-    trains on), else the first config written."""
-    configs = configs_of(stats)
-    first = next(iter(stats["families"].values()), None)
-    sft = first and first["splits"].get("sft", {})
-    if sft and sft.get("rows"):
-        return sft["config"]
-    return configs[0] if configs else None
+    """The config `load_dataset(dir, split="train")` reads: the `_sft` view (what a TRL user trains on) of the first
+    family that has one with rows; None when no family has (then no config is the default, and `load_dataset`
+    without a config name lists the configs instead of handing out rejected rows as training data)."""
+    for fam in stats["families"].values():
+        sft = fam["splits"].get("sft") or {}
+        if sft.get("rows"):
+            return sft["config"]
+    return None
 
 
 def source_datasets(stats: dict[str, Any]) -> list[str]:
@@ -202,7 +209,7 @@ def dataset_infos(stats: dict[str, Any]) -> list[dict[str, Any]]:
             splits = SplitDict()
             splits.add(SplitInfo(name="train", num_bytes=split["num_bytes"], num_examples=split["rows"]))
             infos[split["config"]] = DatasetInfo(
-                features=config_features(kind), splits=splits, download_size=split["download_size"],
+                features=config_features(kind, rounds="iterate" in stats), splits=splits, download_size=split["download_size"],
                 dataset_size=split["num_bytes"], config_name=split["config"])
     holder = DatasetCardData()
     infos.to_dataset_card_data(holder)
@@ -728,6 +735,58 @@ def explore_section(stats: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _pct(value: float | None) -> str:
+    return "–" if value is None else _rate(value)
+
+
+def iterate_section(stats: dict[str, Any]) -> str:
+    """`rsgen iterate`: the rounds, their models, the held-out curve and the training (nothing otherwise)."""
+    it = stats.get("iterate")
+    if not it:
+        return ""
+    rounds = it["rounds"]
+    held = it["held_out"]
+    start = ("every round fine-tuned the base model afresh (`iterate_from: base`, ReST-EM)" if it["iterate_from"] == "base"
+             else "each round fine-tuned the model of the round before (`iterate_from: previous`)")
+    lines = [
+        "## Self-improvement rounds (`rsgen iterate`)",
+        "",
+        f"This dataset comes from {len(rounds)} round(s) of rejection sampling. Round 0 answered with "
+        f"`{it['base_model']}`; after each round the accepted pairs of the training slice (its `_sft` rows) "
+        f"fine-tuned the next model with TRL's `SFTTrainer`; {start}. A fixed held-out slice — "
+        f"{_n(held['images'])} images, {held['fraction']:.0%} of each family's, chosen by image so no image was both "
+        "trained on and measured — was answered greedily by every round's model: its accept rate is the curve below. "
+        "Every QA pair appears once: an accepted pair comes from the first round that got it right, a rejected one "
+        "from the last round; `clean_meta.qa_rounds` gives the round of each pair of a row's `qa`.",
+        "",
+        "| round | model | held-out accept (verifier) | held-out accept (verifier + judge) | training-slice accept | "
+        "accepted pairs kept here | fine-tuned on | SFT loss (first → last step) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rounds:
+        training = r.get("training") or {}
+        losses = training.get("losses") or []
+        loss = f"{losses[0][1]:.3f} → {losses[-1][1]:.3f}" if losses else "–"
+        rows = f"{_n(training['rows'])} pairs" if "rows" in training else "–"
+        lines.append(f"| {r['round']} | `{r['model']}` | {_pct(r['held_out']['verifier_rate'])} | "
+                     f"{_pct(r['held_out']['accept_rate'])} | {_pct(r['train']['accept_rate'])} | "
+                     f"{_n(r.get('contributed_accepted', 0))} | {rows} | {loss} |")
+    families = sorted({f for r in rounds for f in r["held_out"]["families"]})
+    lines += ["", "Held-out accept rate (verifier) per family:", "",
+              "| family | " + " | ".join(f"round {r['round']}" for r in rounds) + " |",
+              "|---" * (len(rounds) + 1) + "|"]
+    for family in families:
+        cells = [_pct(r["held_out"]["families"].get(family, {}).get("verifier_rate")) for r in rounds]
+        lines.append(f"| {family} | " + " | ".join(cells) + " |")
+    lines += ["", f"![Held-out accept rate per round and training loss](assets/{ITERATE_PLOT_NAME})", ""]
+    if it.get("stopped"):
+        lines += [f"The loop stopped early: {it['stopped']}.", ""]
+    lines += ["From round 1 on the judge is the fine-tuned model itself, so the verifier's rate is the one the loop "
+              "trusts (`iterate_stop_when_worse` reads it); `iterate.json` holds every figure, the per-step losses "
+              "included.", ""]
+    return "\n".join(lines)
+
+
 def render_card_text(stats: dict[str, Any], dataset_dir: Path) -> str:
     """The card's text; writes the example images and the plot into `dataset_dir/assets/` as it goes."""
     assets = dataset_dir / "assets"
@@ -735,6 +794,8 @@ def render_card_text(stats: dict[str, Any], dataset_dir: Path) -> str:
     draw_stats_plot(stats, assets / PLOT_NAME)
     if any(fam.get("explore") for fam in stats["families"].values()):
         draw_pass_rate_plot(stats, assets / PASS_RATE_PLOT_NAME)
+    if stats.get("iterate"):
+        draw_iterate_plot(stats, assets / ITERATE_PLOT_NAME)
     template = Template(TEMPLATE_PATH.read_text(encoding="utf-8"))
     body = template.substitute(
         title=title(stats),
@@ -748,6 +809,7 @@ def render_card_text(stats: dict[str, Any], dataset_dir: Path) -> str:
         matching=matching(stats),
         judge=judge_section(stats),
         explore=explore_section(stats),
+        iterate=iterate_section(stats),
         schema=schema_section(stats),
         training=training_section(stats),
         examples=examples_section(stats, dataset_dir),

@@ -20,24 +20,19 @@ from typing import Any
 
 from rsgen.config import RecipeError
 from rsgen.emit.explored import ExploreOutcome, explore_outcome, load_explore_records, pass_rate_bin
-from rsgen.routing import (
-    CALIBRATION_PREFIX,
+from rsgen.records import (
+    CALIBRATION,
     CORRECT,
-    KNOWN_WRONG_PREFIX,
-    WITHHELD,
+    KNOWN_WRONG,
     WRONG,
-    JudgeMissingError,
-    goes_to_judge,
-    judge_trusted,
-    needs_judging,
-    route,
+    ExploreRecord,
+    GenerateRecord,
+    JudgeRecord,
+    read_records,
 )
+from rsgen.routing import WITHHELD, JudgeMissingError, goes_to_judge, judge_trusted, needs_judging, route
 from rsgen.store import CheckpointStore
-
-# Generate-record fields emit keeps in memory (the rest of a record is not needed).
-_KEPT_FIELDS = ("id", "sample", "family", "question", "response", "extracted", "match", "reason", "verifier",
-                "prompt_tokens", "generated_tokens", "hit_limit")
-
+from rsgen.verify.decision import NO_ANSWER, WRONG_ANSWER
 
 SPOT_CHECKS = 10  # promoted pairs per family listed on the card for a reader to check
 
@@ -62,53 +57,51 @@ class PairOutcome:
     promoted: str | None = None  # accepted by the judge: the candidate it promoted
     withheld_candidate: str | None = None  # the first candidate whose CORRECT the gate withheld
     explore: ExploreOutcome | None = None  # with an explore pass: pass rate and on-policy pair (`with_explore`)
+    round: int | None = None  # `rsgen iterate`'s final dataset: the round whose model answered
 
 
 @dataclass
 class WorkRecords:
     """The generate and judge work of one output directory, indexed for routing."""
 
-    samples: dict[str, list[dict[str, Any]]]  # QA id -> generate records ordered by sample
-    judge: dict[str, dict[str, Any]]  # judge key (= generate key) -> record, rejected pairs only
-    calibration: dict[str, dict[str, Any]]  # generate key -> calibration judge record
+    samples: dict[str, list[GenerateRecord]]  # QA id -> generate records ordered by sample
+    judge: dict[str, JudgeRecord]  # judge key (= generate key) -> record, rejected pairs only
+    calibration: dict[str, JudgeRecord]  # generate key -> calibration judge record
     judge_enabled: bool
     num_samples: int
-    known_wrong: dict[str, dict[str, Any]] = field(default_factory=dict)  # QA id -> known-wrong judge record
+    known_wrong: dict[str, JudgeRecord] = field(default_factory=dict)  # QA id -> known-wrong judge record
     judge_scope: str = "undecided"
     numeric_tolerance: float | None = None
     min_specificity: float = 0.95
-    explore: dict[str, list[dict[str, Any]]] | None = None  # QA id -> explore records; None: no explore pass
+    explore: dict[str, list[ExploreRecord]] | None = None  # QA id -> explore records; None: no explore pass
 
     @classmethod
-    def load(cls, generate_dir, judge_dir, *, judge_enabled: bool, num_samples: int, judge_scope: str = "undecided",
+    def load(cls, generate: Iterable[GenerateRecord], judge_dir, *, judge_enabled: bool, num_samples: int,
+             judge_scope: str = "undecided",
              numeric_tolerance: float | None = None, min_specificity: float = 0.95, explore_dir=None) -> WorkRecords:
-        samples: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for rec in CheckpointStore(generate_dir).iter_records():
-            kept = {k: rec.get(k) for k in _KEPT_FIELDS}
-            kept["key"] = rec["key"]
-            samples[rec["id"]].append(kept)
+        samples: dict[str, list[GenerateRecord]] = defaultdict(list)
+        for rec in generate:  # with the verify stage's decisions (rsgen.decisions.decided_records)
+            samples[rec.id].append(rec)
         for recs in samples.values():
-            recs.sort(key=lambda r: (r["sample"] or 0))
-        judge: dict[str, dict[str, Any]] = {}
-        calibration: dict[str, dict[str, Any]] = {}
-        known_wrong: dict[str, dict[str, Any]] = {}
+            recs.sort(key=lambda r: (r.sample or 0))
+        judge: dict[str, JudgeRecord] = {}
+        calibration: dict[str, JudgeRecord] = {}
+        known_wrong: dict[str, JudgeRecord] = {}
         if judge_enabled:
-            for rec in CheckpointStore(judge_dir).iter_records():
-                slim = {k: rec.get(k) for k in ("key", "id", "kind", "family", "verdict", "generated_tokens",
-                                                "prompt_tokens", "reference", "candidate")}
-                if rec["key"].startswith(CALIBRATION_PREFIX):
-                    calibration[rec["key"][len(CALIBRATION_PREFIX):]] = slim
-                elif rec["key"].startswith(KNOWN_WRONG_PREFIX):
-                    known_wrong[rec["key"][len(KNOWN_WRONG_PREFIX):]] = slim
+            for rec in read_records(CheckpointStore(judge_dir), JudgeRecord):
+                if rec.kind == CALIBRATION:
+                    calibration[rec.response_key] = rec
+                elif rec.kind == KNOWN_WRONG:
+                    known_wrong[rec.id] = rec
                 else:
-                    judge[rec["key"]] = slim
+                    judge[rec.key] = rec
         explore = load_explore_records(explore_dir) if explore_dir is not None else None
         return cls(dict(samples), judge, calibration, judge_enabled, num_samples, known_wrong, judge_scope,
                    numeric_tolerance, min_specificity, explore)
 
     def known_wrong_counts(self, family: str) -> tuple[int, int]:
         """(known-wrong pairs the judge called WRONG, known-wrong pairs judged) in `family`."""
-        verdicts = [rec["verdict"] for rec in self.known_wrong.values() if rec["family"] == family]
+        verdicts = [rec.verdict for rec in self.known_wrong.values() if rec.family == family]
         return sum(v == WRONG for v in verdicts), len(verdicts)
 
     def trusted(self, family: str) -> bool:
@@ -117,6 +110,10 @@ class WorkRecords:
         if family not in cache:
             cache[family] = judge_trusted(*self.known_wrong_counts(family), self.min_specificity)
         return cache[family]
+
+    def outcome(self, qa: dict[str, Any]) -> PairOutcome:
+        """Where the QA pair goes by the routing rules (`rsgen iterate` merges rounds by overriding this)."""
+        return route_pair(qa, self)
 
     def judge_needed(self) -> bool:
         """Whether any sample is one the judge must grade (verifier rejection with an extractable answer)."""
@@ -137,17 +134,17 @@ def route_pair(qa: dict[str, Any], work: WorkRecords) -> PairOutcome:
             f"{work.num_samples}; finish the generate stage first"
         )
     for rec in samples:
-        if rec["question"] != qa["question"]:
+        if rec.question != qa["question"]:
             raise EmitError(
                 f"QA pair {qa_id!r}: the prepared question differs from the text the model received "
-                f"(prepared {qa['question']!r}, generate record {rec['key']!r} has {rec['question']!r}); "
+                f"(prepared {qa['question']!r}, generate record {rec.key!r} has {rec.question!r}); "
                 "the work files belong to another prepared pool"
             )
     paths = []
     decisions = []
     for rec in samples:
         judged = goes_to_judge(rec, qa["answers"], qa.get("options"), work.judge_scope, work.numeric_tolerance)
-        if rec["match"]:
+        if rec.match:
             paths.append("verifier")
         elif work.judge_enabled and judged:
             paths.append("judge")
@@ -156,32 +153,32 @@ def route_pair(qa: dict[str, Any], work: WorkRecords) -> PairOutcome:
         else:
             paths.append("unjudged")
         try:
-            decisions.append(route(rec, work.judge.get(rec["key"]), work.judge_enabled, judged=judged,
-                                   trusted=work.trusted(rec.get("family") or "") if judged else True))
+            decisions.append(route(rec, work.judge.get(rec.key), work.judge_enabled, judged=judged,
+                                   trusted=work.trusted(rec.family or "") if judged else True))
         except JudgeMissingError as err:
             raise EmitError(str(err)) from err
     withheld = sum(reason == WITHHELD for _, reason in decisions)
-    withheld_candidate = next((rec["extracted"] for rec, (_, reason) in zip(samples, decisions) if reason == WITHHELD),
+    withheld_candidate = next((rec.extracted for rec, (_, reason) in zip(samples, decisions) if reason == WITHHELD),
                               None)
     for rec, (accepted, _reason) in zip(samples, decisions):
         if accepted:
-            via = "verifier" if rec["match"] else "judge"
-            promoted = rec["extracted"] if via == "judge" else None
-            return PairOutcome(qa_id, True, via, rec["response"], None, None, tuple(paths), withheld, promoted)
+            via = "verifier" if rec.match else "judge"
+            promoted = rec.extracted if via == "judge" else None
+            return PairOutcome(qa_id, True, via, rec.response, None, None, tuple(paths), withheld, promoted)
     first = samples[0]
-    reason = decisions[0][1] or "wrong_answer"
-    wrong = first["extracted"] if reason != "no_answer" else None
+    reason = decisions[0][1] or WRONG_ANSWER
+    wrong = first.extracted if reason != NO_ANSWER else None
     return PairOutcome(qa_id, False, "rejected", None, wrong, reason, tuple(paths), withheld,
                        withheld_candidate=withheld_candidate)
 
 
-def route_sample(rec: dict[str, Any], qa: dict[str, Any], work: WorkRecords) -> tuple[bool, str | None]:
+def route_sample(rec: GenerateRecord, qa: dict[str, Any], work: WorkRecords) -> tuple[bool, str | None]:
     """(accepted, reason) of one response (an explore sample, or the greedy answer) by the routing rules: decisive
     mismatches are final, others take the judge's verdict, a CORRECT counts where the family's judge is trusted."""
     judged = goes_to_judge(rec, qa["answers"], qa.get("options"), work.judge_scope, work.numeric_tolerance)
     try:
-        return route(rec, work.judge.get(rec["key"]), work.judge_enabled, judged=judged,
-                     trusted=work.trusted(rec.get("family") or "") if judged else True)
+        return route(rec, work.judge.get(rec.key), work.judge_enabled, judged=judged,
+                     trusted=work.trusted(rec.family or "") if judged else True)
     except JudgeMissingError as err:
         raise EmitError(str(err)) from err
 
@@ -192,8 +189,8 @@ def with_explore(outcome: PairOutcome, qa: dict[str, Any], work: WorkRecords) ->
         return outcome
     explored = work.explore.get(qa["id"], [])
     for rec in explored:
-        if rec["question"] != qa["question"]:
-            raise EmitError(f"explore record {rec['key']!r} asked {rec['question']!r}, the prepared pool has "
+        if rec.question != qa["question"]:
+            raise EmitError(f"explore record {rec.key!r} asked {rec.question!r}, the prepared pool has "
                             f"{qa['question']!r}: the work files belong to another prepared pool")
     found = explore_outcome(work.samples[qa["id"]], explored, lambda rec: route_sample(rec, qa, work))
     return dataclasses.replace(outcome, explore=found)
@@ -265,26 +262,26 @@ def tally_row(tally: FamilyRouting, qas: Iterable[dict[str, Any]], outcomes: lis
                                                   "candidate": outcome.withheld_candidate})
         for rec, path in zip(work.samples[qa["id"]], outcome.paths):
             tally.samples += 1
-            tally.prompt_tokens += int(rec["prompt_tokens"] or 0)
-            tally.generated_tokens += int(rec["generated_tokens"] or 0)
-            tally.hit_limit += bool(rec["hit_limit"])
-            tally.response_tokens.append(int(rec["generated_tokens"] or 0))
-            if rec["verifier"]:
-                tally.verifiers[rec["verifier"]] += 1
-            judged = work.judge.get(rec["key"]) if path == "judge" else None
+            tally.prompt_tokens += int(rec.prompt_tokens or 0)
+            tally.generated_tokens += int(rec.generated_tokens or 0)
+            tally.hit_limit += bool(rec.hit_limit)
+            tally.response_tokens.append(int(rec.generated_tokens or 0))
+            if rec.verifier:
+                tally.verifiers[rec.verifier] += 1
+            judged = work.judge.get(rec.key) if path == "judge" else None
             if judged is not None:
-                tally.judge_verdicts[judged["verdict"]] += 1
-                tally.judge_generated_tokens += int(judged["generated_tokens"] or 0)
-            calib = work.calibration.get(rec["key"])
+                tally.judge_verdicts[judged.verdict] += 1
+                tally.judge_generated_tokens += int(judged.generated_tokens or 0)
+            calib = work.calibration.get(rec.key)
             if calib is not None:
                 tally.calibration_total += 1
-                tally.calibration_agreed += calib["verdict"] == CORRECT
-                tally.judge_generated_tokens += int(calib["generated_tokens"] or 0)
+                tally.calibration_agreed += calib.verdict == CORRECT
+                tally.judge_generated_tokens += int(calib.generated_tokens or 0)
         known = work.known_wrong.get(qa["id"])
         if known is not None:
             tally.known_wrong_total += 1
-            tally.known_wrong_rejected += known["verdict"] == WRONG
-            tally.judge_generated_tokens += int(known["generated_tokens"] or 0)
+            tally.known_wrong_rejected += known.verdict == WRONG
+            tally.judge_generated_tokens += int(known.generated_tokens or 0)
 
 
 # ----------------------------------------------------------------------------------------- split rows

@@ -14,9 +14,11 @@ from typing import Any
 from datasets import Features
 
 from rsgen.config import DEMO_DATASET, DEMO_MODEL, RecipeConfig, RecipeError, SourceConfig
+from rsgen.emit import STAGE
 from rsgen.emit.explored import PASS_RATE_BINS
 from rsgen.emit.splits import FamilyRouting
 from rsgen.emit.trl_views import VIEWS
+from rsgen.records import CORRECT, UNSURE, WRONG
 from rsgen.routing import judge_trusted, specificity
 from rsgen.schema import split_features
 
@@ -56,10 +58,11 @@ def written_kinds(views: list[str] | None, explore: bool = False) -> tuple[str, 
     return (*RS_KINDS, *(v for v in VIEWS if v in chosen))
 
 
-def config_features(kind: str) -> Features:
-    """Features of a config kind (RS_think | RS_nothink | rejected | sft | dpo)."""
+def config_features(kind: str, rounds: bool = False) -> Features:
+    """Features of a config kind (RS_think | RS_nothink | rejected | sft | dpo); `rounds`: the splits carry
+    `clean_meta.qa_rounds` (`rsgen iterate`'s final dataset)."""
     if kind in RS_KINDS:
-        return split_features(RS_KINDS[kind])
+        return split_features(RS_KINDS[kind], rounds)
     if kind in VIEWS:
         return VIEWS[kind].features
     raise ValueError(f"unknown config kind {kind!r}")
@@ -125,10 +128,16 @@ def _parse_time(text: str | None) -> _dt.datetime | None:
 
 
 def stage_wall_times(run: dict[str, Any] | None) -> dict[str, Any]:
-    """Seconds per finished stage as run.json records them (the last invocation of each stage)."""
+    """Seconds per finished stage before this emit, as run.json records them (the last invocation of each stage),
+    in the pipeline's order: each entry's `position` in `rsgen.pipeline.STAGES` (entries written by an older rsgen
+    have none: they follow, by start time)."""
+    recorded = (run or {}).get("stages") or {}
+    names = sorted((name for name in recorded if name != STAGE.name),  # this emit has not finished yet
+                   key=lambda name: (recorded[name].get("position", len(recorded)),
+                                     recorded[name].get("started_at") or "", name))
     stages = {}
-    for name in ("prepare", "generate", "explore", "judge"):
-        entry = ((run or {}).get("stages") or {}).get(name) or {}
+    for name in names:
+        entry = recorded[name] or {}
         start, end = _parse_time(entry.get("started_at")), _parse_time(entry.get("finished_at"))
         if start and end:
             stages[name] = round((end - start).total_seconds(), 1)
@@ -153,20 +162,29 @@ def gate_stats(calibration: dict[str, int] | None, min_specificity: float) -> di
             "withheld": not judge_trusted(rejected, total, min_specificity)}
 
 
-def gate_warnings(families: dict[str, dict[str, Any]], min_specificity: float) -> list[str]:
-    """One line per family whose judge promotions the leniency gate withheld."""
-    out = []
-    for family, fam in families.items():
-        judge = fam["judge"]
-        if not judge["enabled"] or not judge["gate"]["withheld"]:
-            continue
-        calib = fam["calibration"] or {"known_wrong_rejected": 0, "known_wrong_total": 0}
-        measured = (f"said WRONG to only {calib['known_wrong_rejected']}/{calib['known_wrong_total']} known-wrong "
-                    f"pairs ({judge['gate']['specificity']:.1%})" if calib["known_wrong_total"]
-                    else "could not be measured on known-wrong pairs")
-        out.append(f"family {family}: the judge {measured}, below judge_min_specificity {min_specificity:.0%}; "
-                   f"{judge['withheld']} promotion(s) withheld (reason judge_withheld)")
-    return out
+def stats_table(stats: dict[str, Any]) -> str:
+    """The final table of a run, per family: accepted, rejected (and of those bad_input, a column shown when any
+    family has some), accept rate, judge promotions and withheld ones, and both calibration sides: verifier-accepted
+    pairs the judge agreed with, known-wrong pairs it rejected."""
+    families = stats["families"]
+    bad_input = {name: fam["rejected_reasons"].get("bad_input", 0) for name, fam in families.items()}
+    show_bad = any(bad_input.values())
+    header = (f"{'family':<12} {'accepted':>9} {'rejected':>9}" + (f" {'bad input':>10}" if show_bad else "")
+              + f" {'accept rate':>12} {'judge +':>8} {'withheld':>9} {'agreed':>8} {'known-wrong rejected':>21}")
+    lines = [header, "-" * len(header)]
+    for name, fam in sorted(families.items()):
+        calib = fam.get("calibration") or {}
+        judge = fam.get("judge", {})
+        agreed = f"{calib['agreed']}/{calib['total']}" if calib.get("total") else "-"
+        rejected = (f"{calib['known_wrong_rejected']}/{calib['known_wrong_total']}" if calib.get("known_wrong_total")
+                    else "-")
+        lines.append(f"{name:<12} {fam['accepted_qa']:>9} {fam['rejected_qa']:>9}"
+                     + (f" {bad_input[name]:>10}" if show_bad else "")
+                     + f" {fam['accept_rate']:>11.1%} {judge.get('promoted', 0):>8} {judge.get('withheld', 0):>9} "
+                     f"{agreed:>8} {rejected:>21}")
+    return "\n".join(lines)
+
+
 def explore_stats(tally: FamilyRouting, plans: dict[str, SplitPlan]) -> dict[str, Any] | None:
     """What the explore pass found in a family (None without one): the pass-rate histogram over questions,
     on-policy pairs found, responses drawn (greedy included) and the share of questions in the learnable zone."""
@@ -225,9 +243,9 @@ def family_stats(family: str, tally: FamilyRouting, plans: dict[str, SplitPlan],
             "judged": sum(tally.judge_verdicts.values()),
             "promoted": tally.judge_promoted_qa,
             "withheld": tally.judge_withheld,
-            "correct": tally.judge_verdicts.get("CORRECT", 0),
-            "wrong": tally.judge_verdicts.get("WRONG", 0),
-            "unsure": tally.judge_verdicts.get("UNSURE", 0),
+            "correct": tally.judge_verdicts.get(CORRECT, 0),
+            "wrong": tally.judge_verdicts.get(WRONG, 0),
+            "unsure": tally.judge_verdicts.get(UNSURE, 0),
             "gate": gate_stats(calibration, min_specificity),
             "promotions": list(tally.promotions),  # up to 10 promoted pairs, to spot-check
             "withheld_promotions": list(tally.withheld_promotions),  # up to 10 the gate withheld

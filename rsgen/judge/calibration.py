@@ -174,7 +174,8 @@ def known_wrong_pairs(
     pairs: list[KnownWrongPair] = []
     for family in sorted(by_family):
         verifier = verifier_for(family)
-        letters = verifier == "mc"
+        # Rows with options are multiple choice under every verifier (rsgen.verify.frame): letters are near misses.
+        letters = verifier == "mc" or any(prepared[i].get("options") for i in by_family[family])
         own = set(references[family])
         by_kind: dict[str, list[str]] = {}
         for ref in references[family]:

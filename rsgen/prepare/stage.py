@@ -24,6 +24,7 @@ from typing import Any
 
 from rsgen.config import RecipeConfig, RecipeError
 from rsgen.layout import OutputLayout
+from rsgen.prepare import STAGE
 from rsgen.prepare.cleaning import (
     FAMILY_NAME,
     STEPS,
@@ -37,7 +38,8 @@ from rsgen.prepare.cleaning import (
     qa_id,
 )
 from rsgen.prepare.images import ImageJob, ImagePack, ImageResult, encode_pil, inline_image, process_images
-from rsgen.prepare.sources import RawRow, describe_source, iter_raw_rows, source_where
+from rsgen.prepare.reasons import DROP_REASONS, MERGE_REASONS
+from rsgen.prepare.sources import RawRow, check_source, describe_source, iter_raw_rows, source_where
 from rsgen.prepare.writer import ExternalSorter
 from rsgen.schema import POLICY_VERSION, PREPARED_FEATURES, PREPARED_SHARD_PREFIX
 from rsgen.shards import ParquetShardWriter, swap_dir_into_place
@@ -88,7 +90,7 @@ class Report:
         self.source_rows = [0] * num_sources
         self.family_rows: Counter = Counter()
         self.images = {"checked": 0, "dropped": Counter(), "converted": Counter()}
-        self.examples: dict[str, list[dict]] = {}  # reason -> the first EXAMPLES_PER_REASON rows dropped for it
+        self.examples: dict[str, list[dict]] = {}  # reason -> the first EXAMPLES_PER_REASON rows dropped or merged for it
 
     def _tallies(self, family: str, source: int) -> tuple[Tally, ...]:
         if family not in self.families:
@@ -101,6 +103,8 @@ class Report:
 
     def drop(self, family: str, source: int, reason: str, n: int = 1, *, example: dict) -> None:
         """Count `n` QA pairs dropped for `reason`; `example` (see `example()`) says which row and what failed."""
+        if reason not in DROP_REASONS:  # every reason is documented (docs/reasons.md is made from the table)
+            raise KeyError(f"drop reason {reason!r} is not in rsgen.prepare.reasons.DROP_REASONS")
         for t in self._tallies(family, source):
             t.dropped_qa_pairs += n
             t.dropped[reason] += n
@@ -108,10 +112,16 @@ class Report:
         if len(shown) < EXAMPLES_PER_REASON:
             shown.append(example)
 
-    def merge(self, family: str, source: int, reason: str, n: int = 1) -> None:
+    def merge(self, family: str, source: int, reason: str, n: int = 1, *, example: dict) -> None:
+        """Count `n` QA pairs merged into another for `reason`; `example` says which row and into which."""
+        if reason not in MERGE_REASONS:
+            raise KeyError(f"merge reason {reason!r} is not in rsgen.prepare.reasons.MERGE_REASONS")
         for t in self._tallies(family, source):
             t.merged_qa_pairs += n
             t.merged[reason] += n
+        shown = self.examples.setdefault(reason, [])
+        if len(shown) < EXAMPLES_PER_REASON:
+            shown.append(example)
 
     def keep(self, family: str, source: int) -> None:
         for t in self._tallies(family, source):
@@ -273,64 +283,86 @@ class Batch:
 # ------------------------------------------------------------------------------------------------ the stage
 
 
-def recipe_fingerprint(recipe: RecipeConfig) -> str:
-    """What the prepared pool depends on; a finished pool with another fingerprint is redone."""
-    pinned = {
-        "sources": [dataclasses.asdict(s) for s in recipe.sources],
-        "instruction": recipe.instruction,
-        "max_image_pixels": recipe.max_image_pixels,
-        "max_aspect_ratio": recipe.max_aspect_ratio,
-        "shard_size_mb": recipe.shard_size_mb,
-        "policy_version": POLICY_VERSION,
-        "steps": {k: v[0] for k, v in STEPS.items()},
-    }
+def recipe_fingerprint(recipe: RecipeConfig, **also: Any) -> str:
+    """What the prepared pool depends on: prepare's pinned recipe keys (the `pin` metadata of RecipeConfig, the
+    same keys run.json pins), the cleaning policy and the versions of its steps. A finished pool with another
+    fingerprint is redone.
+
+    `shard_size_mb` is not among them: it decides where one shard file ends, not a row or the order of the rows
+    (readers see one pool, row positions counted across the shards), so a pool written at another shard size is
+    the same pool and is reused as it is; emit writes dataset/ at the current size on every run."""
+    values = recipe.to_dict()
+    pinned = {key: values[key] for key in STAGE.pins}
+    pinned.update(policy_version=POLICY_VERSION, steps={k: v[0] for k, v in STEPS.items()}, **also)
     return hashlib.sha256(json.dumps(pinned, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _finished_report(layout: OutputLayout, fingerprint: str) -> dict | None:
+def _finished_report(layout: OutputLayout, recipe: RecipeConfig, fingerprint: str) -> dict | None:
     if not layout.prepare_report.exists():
         return None
     try:
         report = json.loads(layout.prepare_report.read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    if report.get("recipe_fingerprint") != fingerprint:
+    # Pools written before shard_size_mb stopped counting have it in their fingerprint: the same pool.
+    if report.get("recipe_fingerprint") not in (fingerprint, recipe_fingerprint(recipe,
+                                                                                shard_size_mb=recipe.shard_size_mb)):
         return None
     if not all((layout.prepared / name).exists() for name in report.get("shards", [])):
         return None
     return report
 
 
-def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
-    """Write OUTPUT_DIR/prepared/ (parquet shards + prepare_report.json) and return the report."""
+def check_sources(recipe: RecipeConfig) -> list[SourceRules]:
+    """Every recipe error prepare can find before reading a row (no sources, a bad template or pattern, a data
+    file that is missing or lacks a named column...), raised before anything is written; the sources' rules."""
     if not recipe.sources:
         raise RecipeError("the recipe has no `sources`: add at least one pool to prepare")
+    rules = [SourceRules.from_source(s, recipe.instruction, source_where(i)) for i, s in enumerate(recipe.sources)]
+    for i, source in enumerate(recipe.sources):
+        check_source(source, i)
+    return rules
+
+
+def prepare_finished(recipe: RecipeConfig) -> bool:
+    """Whether OUTPUT_DIR/prepared/ is a finished pool of this recipe (prepare then reuses it)."""
+    return _finished_report(OutputLayout(recipe.output_dir), recipe, recipe_fingerprint(recipe)) is not None
+
+
+def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
+    """Write OUTPUT_DIR/prepared/ (parquet shards + prepare_report.json) and return the report."""
     layout = OutputLayout(recipe.output_dir)
     fingerprint = recipe_fingerprint(recipe)
-    if not force:
-        finished = _finished_report(layout, fingerprint)
+    if not force and recipe.sources:
+        finished = _finished_report(layout, recipe, fingerprint)
         if finished is not None:
             logger.info("prepare: %s is finished for this recipe; reusing it", layout.prepared)
             return finished
-    rules = [SourceRules.from_source(s, recipe.instruction, source_where(i)) for i, s in enumerate(recipe.sources)]
+    rules = check_sources(recipe)
     start = time.perf_counter()
     partial = layout.prepared_partial
     shutil.rmtree(partial, ignore_errors=True)
     work = partial / "_work"
     work.mkdir(parents=True)
     report = Report(len(recipe.sources))
-    qa_sorter = ExternalSorter(work / "qa")
-    id_sorter = ExternalSorter(work / "source_ids")
-    with ImagePack(work / "images.bin") as pack:
-        with ImageWorkers(recipe.prepare_num_proc) as workers:
-            _Pass1(recipe, rules, report, pack, qa_sorter, id_sorter).run(workers)
-        conflicts = _source_id_conflicts(id_sorter)
-        # Small row groups: generate reads the pool a batch of images at a time.
-        writer = ParquetShardWriter(partial, PREPARED_FEATURES, PREPARED_SHARD_PREFIX,
-                                    max_shard_bytes=recipe.shard_size_mb * 1_000_000,
-                                    row_group_bytes=64 << 20, row_group_rows=64)
-        _write_rows(recipe, report, qa_sorter, conflicts, pack, writer)
-        shards = [path.name for path in writer.close()]
+    try:
+        qa_sorter = ExternalSorter(work / "qa")
+        id_sorter = ExternalSorter(work / "source_ids")
+        with ImagePack(work / "images.bin") as pack:
+            with ImageWorkers(recipe.prepare_num_proc) as workers:
+                _Pass1(recipe, rules, report, pack, qa_sorter, id_sorter).run(workers)
+            conflicts = _source_id_conflicts(id_sorter)
+            # Small row groups: generate reads the pool a batch of images at a time.
+            writer = ParquetShardWriter(partial, PREPARED_FEATURES, PREPARED_SHARD_PREFIX,
+                                        max_shard_bytes=recipe.shard_size_mb * 1_000_000,
+                                        row_group_bytes=64 << 20, row_group_rows=64)
+            _write_rows(recipe, report, qa_sorter, conflicts, pack, writer)
+            shards = [path.name for path in writer.close()]
+    except RecipeError:
+        # A recipe error found while reading (a JSON file without a named key): nothing half-made stays behind,
+        # so the corrected recipe runs here as on an empty output_dir.
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     shutil.rmtree(work)
     elapsed = time.perf_counter() - start
     # No timings in the report: the same recipe gives the same prepared/ folder, byte for byte.
@@ -351,20 +383,6 @@ def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
     return out
 
 
-# What to look at first when every row of a pool is dropped for one of these reasons.
-HINTS = {
-    "image_file_missing": "image paths resolve against the source's data_dir, else the data file's folder",
-    "image_missing": "check image_column (the column that holds each row's image)",
-    "question_missing": "check question_column (or format: cauldron / llava for conversation pools)",
-    "answer_missing": "check answer_column",
-    "family_missing": "check family_column, or set `family: NAME`",
-    "mc_answer_not_in_options": "answers written as option indices need answer_index_base: 0 or 1",
-    "purity_question_pattern": "keep_question_patterns matches no question",
-    "purity_source": "source_allowlist matches no row's source id",
-    "row_unparseable": "the file does not parse as its extension says",
-}
-
-
 def _top_reasons(report: dict, n: int) -> list[tuple[str, int]]:
     return sorted(report["dropped"].items(), key=lambda item: (-item[1], item[0]))[:n]
 
@@ -378,7 +396,8 @@ def empty_pool_message(report: dict, report_path) -> str:
             where = f" at {ex['where']}" if "where" in ex else ""
             value = f" = {json.dumps(ex['value'], ensure_ascii=False)}" if "value" in ex else ""
             shown.append(f"{ex['source']} row {ex['source_row_id']}{where}{value}")
-        hint = f" ({HINTS[reason]})" if reason in HINTS else ""
+        fix = DROP_REASONS[reason].fix
+        hint = f" ({fix})" if fix else ""
         parts.append(f"{reason}: {count}{hint}, e.g. " + ", ".join(shown))
     return (f"prepare: none of the {report['input_qa_pairs']} QA pairs survived cleaning, so there is nothing to "
             f"generate from. Top drop reasons: {'; '.join(parts)}. Every reason and its examples: {report_path}")
@@ -587,7 +606,10 @@ def _write_rows(recipe, report: Report, qa_sorter: ExternalSorter, conflicts: se
             report.drop(family, qa.source_index, reason, example=example(
                 qa.source_index, qa.source_row_id, wheres[qa.seq], {"question": qa.question, "answers": qa.answers}))
         for qa in merged:
-            report.merge(family, qa.source_index, "duplicate_question")
+            into = next(k for k in kept if k.question == qa.question)
+            report.merge(family, qa.source_index, "duplicate_question", example=example(
+                qa.source_index, qa.source_row_id, wheres[qa.seq],
+                {"question": qa.question, "answers": qa.answers, "merged_into": wheres[into.seq]}))
         if not kept:
             continue
         for qa in kept:

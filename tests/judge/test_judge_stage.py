@@ -16,6 +16,7 @@ from rsgen.judge.prompt import render_judge_prompt
 from rsgen.judge.stage import calibration_sample
 from rsgen.judge.verdict import parse_verdict
 from rsgen.layout import OutputLayout
+from rsgen.records import GenerateRecord, JudgeRecord, records_by_key
 from rsgen.routing import goes_to_judge
 from rsgen.schema import JUDGE_RECORD_FIELDS
 from rsgen.store import CheckpointStore
@@ -116,9 +117,10 @@ def test_records_and_verdicts(judged):
 
 def test_routing_only_correct_promotes(judged):
     root, _, _, records = judged
-    generate = CheckpointStore(OutputLayout(root).generate_work).records()
+    generate = records_by_key(CheckpointStore(OutputLayout(root).generate_work), GenerateRecord)
+    verdicts = {k: JudgeRecord.from_json(rec) for k, rec in records.items()}
     answers = {p.id: p.answers for p in PAIRS}
-    outcome = {k: route(generate[k], records.get(k), judge_enabled=True,
+    outcome = {k: route(generate[k], verdicts.get(k), judge_enabled=True,
                         judged=goes_to_judge(generate[k], answers[k], None, "undecided", None)) for k in generate}
     accepted = {k for k, (ok, _) in outcome.items() if ok}
     assert accepted == {f"acc{i}" for i in range(6)} | {"r_right"}
