@@ -681,7 +681,29 @@ def cleaning_section(stats: dict[str, Any]) -> str:
         lines.append(f"- **whole pool**: {_report_line(pool)}")
     if not pool and not any(per_family.values()):
         lines.append("- no prepare report was found.")
+    lines += decontamination_lines(stats.get("decontamination"))
     return "\n".join(lines)
+
+
+def decontamination_lines(decon: dict[str, Any] | None) -> list[str]:
+    """Which evaluation sets the pool was checked against, and how many QA pairs (and images) each removed."""
+    if not decon:
+        return ["", "Decontamination: no evaluation sets were given (`decontaminate:`), so none was checked."]
+    q = decon["questions"]
+    lines = ["", f"Decontamination against {len(decon['sets'])} evaluation set(s): images by perceptual hash "
+             f"confirmed pixel by pixel, questions by normalised word {q['ngram']}-grams (dropped when at least "
+             f"{q['match_share']:.0%} of a question's grams belong to one evaluation question):", ""]
+    for s in decon["sets"]:
+        where = " ".join(str(s[k]) for k in ("source_dataset", "source_config", "source_split") if s.get(k))
+        removed = s["removed_qa_pairs"]
+        templated = (" (questions come from templates: only its images were checked)"
+                     if s["questions_templated"] else "")
+        lines.append(
+            f"- `{where}`: {_n(s['images_indexed'])} images and {_n(s['questions_indexed'])} identifying questions "
+            f"checked{templated}; removed {_n(removed.get('contaminated_image', 0))} QA pairs on "
+            f"{_n(s['removed_pool_images'])} copied images (`contaminated_image`) and "
+            f"{_n(removed.get('contaminated_question', 0))} by question (`contaminated_question`)")
+    return lines
 
 
 # ------------------------------------------------------------------------------------------------ render

@@ -8,7 +8,10 @@ before the pool, into an index that keeps no images and no question texts:
   confirmed copy drops all the image's QA pairs as `contaminated_image`.
 - **questions**: 8-byte hashes of normalised word n-grams, `NGRAM` = 8 words (as open-r1's decontamination).
   Normalised: Unicode NFKC, case-folded, every run of non-word characters one space. A question shorter than
-  `NGRAM` words is one gram, itself. A pool QA pair is dropped as `contaminated_question` when at least
+  `NGRAM` words has no gram and is never matched, as in open-r1: short questions ("What shape is the large
+  thing?", "How many cylinders are there?") are asked of images in every VQA set, so one of them identifies no
+  evaluation item (measured on the demo: indexed whole, they removed questions of pool images the evaluation set
+  does not hold); a copied evaluation item with a short question is still caught by its image. A pool QA pair is dropped as `contaminated_question` when at least
   `QUESTION_MATCH_SHARE` of its grams are grams of one evaluation question.
 
   Only grams that identify one evaluation question are indexed. A gram found in two or more different
@@ -32,6 +35,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from rsgen.prepare.perceptual import (
+    MAX_SOLID_PIXELS,
+    PROPOSE_BITS,
+    SIGNATURE_VERSION,
+    THUMB,
+    ImageSignature,
+    image_signature,
+)
+
 NGRAM = 8
 QUESTION_MATCH_SHARE = 0.5
 TEMPLATED_SHARE = 0.2
@@ -49,12 +61,8 @@ def _gram_hash(words: list[str]) -> int:
 
 
 def question_grams(text: str) -> set[int]:
-    """Hashes of the question's word n-grams; the whole question when it is shorter than NGRAM words."""
+    """Hashes of the question's word n-grams; none when it is shorter than NGRAM words."""
     words = question_words(text)
-    if not words:
-        return set()
-    if len(words) < NGRAM:
-        return {_gram_hash(words)}
     return {_gram_hash(words[i : i + NGRAM]) for i in range(len(words) - NGRAM + 1)}
 
 
@@ -135,8 +143,11 @@ class QuestionIndex:
             if count > 1 or first.set_index in skip_sets:
                 continue  # asked of several evaluation images: it identifies none of them
             position = len(self.questions)
+            grams = question_grams(key)
+            if not grams:
+                continue
             self.questions.append(first)
-            for gram in question_grams(key):
+            for gram in grams:
                 if gram in owners and owners[gram] != position:
                     shared.add(gram)
                 owners[gram] = position
@@ -155,3 +166,146 @@ class QuestionIndex:
             return None
         position, count = hits.most_common(1)[0]
         return self.questions[position] if count / len(grams) >= QUESTION_MATCH_SHARE else None
+
+
+# ------------------------------------------------------------------------------------------ the index of a run
+
+
+def eval_signature(job: tuple[str, bytes | str]) -> ImageSignature | None:
+    """The signature of one evaluation image (kind "bytes" or "path"), None when it cannot be read. Runs in the
+    image workers: it imports numpy and Pillow only."""
+    import io
+
+    from PIL import Image
+
+    kind, payload = job
+    try:
+        if kind == "path":
+            with open(payload, "rb") as f:
+                payload = f.read()
+        with Image.open(io.BytesIO(payload)) as image:
+            image.load()
+            return image_signature(image)
+    except Exception:  # an unreadable evaluation image is counted in the report, not fatal
+        return None
+
+
+def eval_signatures(jobs: list[tuple[str, bytes | str]]) -> list[ImageSignature | None]:
+    return [eval_signature(job) for job in jobs]
+
+
+class Decontamination:
+    """The run's evaluation index: image signatures in `directory` (hashes in memory, thumbnails memory-mapped),
+    identifying question n-grams in memory, and the tallies the report shows."""
+
+    def __init__(self, directory, images: list[EvalRow], questions: QuestionIndex, sets: list[EvalSetTally]):
+        self.directory = str(directory)
+        self.images = images  # position in the image index -> where the evaluation image came from
+        self.questions = questions
+        self.sets = sets
+        self._removed_images: set[tuple[int, str]] = set()
+
+    @property
+    def image_index_dir(self) -> str | None:
+        return self.directory if self.images else None
+
+    def question_match(self, question: Any) -> EvalRow | None:
+        return self.questions.match(question)
+
+    def removed(self, row: EvalRow, reason: str, n: int, pool_image: str | None = None) -> None:
+        """Count `n` pool QA pairs removed for matching `row`; `pool_image` (sha256) for an image match: an image
+        on several rows (one row per question) counts once."""
+        tally = self.sets[row.set_index]
+        tally.removed[reason] += n
+        if pool_image is not None and (row.set_index, pool_image) not in self._removed_images:
+            self._removed_images.add((row.set_index, pool_image))
+            tally.removed_images += 1
+
+    def matched(self, row: EvalRow) -> dict[str, Any]:
+        """The evaluation row a pool row matched, as the report's examples show it."""
+        out = {"eval_set": eval_set_name(row.set_index), "eval_dataset": self.sets[row.set_index].description.get(
+            "source_dataset"), "eval_where": row.where}
+        if row.question is not None:
+            out["eval_question"] = row.question
+        return out
+
+    def report(self) -> dict[str, Any]:
+        sets = []
+        for i, tally in enumerate(self.sets):
+            sets.append({**tally.to_dict(), "name": eval_set_name(i)})
+        return {
+            "images": {"method": "pHash of the whole image and of its content box propose (within "
+                                 f"{PROPOSE_BITS} of 64 bits), a pixel comparison of the aligned content boxes "
+                                 f"confirms (at most {MAX_SOLID_PIXELS} solid differing pixels of {THUMB}x{THUMB})",
+                       "signature_version": SIGNATURE_VERSION},
+            "questions": {"ngram": NGRAM, "match_share": QUESTION_MATCH_SHARE, "templated_share": TEMPLATED_SHARE,
+                          "version": QUESTION_VERSION},
+            "sets": sets,
+        }
+
+
+EVAL_BATCH = 256  # evaluation images per batch handed to the workers
+
+
+def build_decontamination(recipe, directory, submit_map) -> Decontamination:
+    """Read every evaluation set once: images -> signatures (computed by `submit_map(fn, jobs)` in the image
+    workers, written to `directory` batch by batch, so no evaluation image is held), questions -> n-gram hashes.
+    The same image on several rows (one row per question) is indexed once."""
+    import hashlib
+    import os
+
+    import numpy as np
+
+    from rsgen.prepare.sources import describe_source, iter_raw_rows
+    from rsgen.prepare.stage import _image_payload
+
+    os.makedirs(directory, exist_ok=True)
+    images: list[EvalRow] = []
+    seen: set = set()
+    whole, content, aspect = [], [], []
+    questions = QuestionIndex()
+    sets = [EvalSetTally(describe_source(s)) for s in recipe.decontaminate]
+    rows_per_set: dict[int, int] = {}
+    with open(os.path.join(directory, "thumbs.u8"), "wb") as thumbs:
+        def flush(batch: list[tuple[EvalRow, tuple]]) -> None:
+            for (row, _), sig in zip(batch, submit_map(eval_signatures, [job for _, job in batch])):
+                if sig is None:
+                    sets[row.set_index].images_unreadable += 1
+                    continue
+                sets[row.set_index].images += 1
+                images.append(row)
+                whole.append(sig.hash_whole)
+                content.append(sig.hash_content)
+                aspect.append(sig.aspect)
+                thumbs.write(sig.thumb)
+
+        batch: list[tuple[EvalRow, tuple]] = []
+        for set_index, source in enumerate(recipe.decontaminate):
+            tally = sets[set_index]
+            for row in iter_raw_rows(source, set_index):
+                tally.rows += 1
+                for qa in row.qas:
+                    tally.questions += questions.add(set_index, row.where, qa.question)
+                rows_per_set[set_index] = rows_per_set.get(set_index, 0) + max(1, len(row.qas))
+                kind, payload, _ = _image_payload(row.image, row.image_bases)
+                if kind not in ("bytes", "path"):
+                    if row.image is not None:
+                        tally.images_unreadable += 1
+                    continue
+                key = hashlib.sha256(payload).digest() if kind == "bytes" else ("path", payload)
+                if key in seen:
+                    continue
+                seen.add(key)
+                batch.append((EvalRow(set_index, row.where), (kind, payload)))
+                if len(batch) >= EVAL_BATCH:
+                    flush(batch)
+                    batch = []
+        flush(batch)
+    np.savez(os.path.join(directory, "hashes.npz"), hash_whole=np.array(whole, dtype=np.uint64),
+             hash_content=np.array(content, dtype=np.uint64), aspect=np.array(aspect, dtype=np.float64))
+    templated = questions.templated_sets(rows_per_set)
+    indexed = questions.build(templated)
+    for i, tally in enumerate(sets):
+        tally.templated = i in templated
+        tally.questions_indexed = indexed.get(i, 0)
+    return Decontamination(directory, images, questions, sets)

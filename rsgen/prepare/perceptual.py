@@ -268,11 +268,17 @@ class ImageIndex:
         return None
 
 
-_OPEN_INDEXES: dict[str, ImageIndex] = {}
+_OPEN_INDEX: dict[tuple, ImageIndex] = {}
 
 
 def open_index(directory: str) -> ImageIndex:
-    """The index at `directory`, opened once per process (image workers live for the whole prepare run)."""
-    if directory not in _OPEN_INDEXES:
-        _OPEN_INDEXES[directory] = ImageIndex.open(directory)
-    return _OPEN_INDEXES[directory]
+    """The index at `directory`, opened once per process (image workers live for the whole prepare run). Keyed
+    by the index file's identity too: a later prepare in the same process rebuilds the index at the same path."""
+    import os
+
+    stat = os.stat(os.path.join(directory, "hashes.npz"))
+    key = (directory, stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    if key not in _OPEN_INDEX:
+        _OPEN_INDEX.clear()  # one run's index at a time
+        _OPEN_INDEX[key] = ImageIndex.open(directory)
+    return _OPEN_INDEX[key]
