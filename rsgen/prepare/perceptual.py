@@ -67,9 +67,16 @@ class ImageSignature:
 def _uniform_lines(lines: np.ndarray) -> int:
     """How many lines, from the first inward, are uniform in the colour of the first line."""
     reference = np.median(lines[0], axis=0)
-    uniform = (np.abs(lines - reference).max(axis=2) <= BORDER_TOLERANCE).mean(axis=1) >= BORDER_UNIFORM_SHARE
-    first_mixed = np.flatnonzero(~uniform)
-    return int(first_mixed[0]) if first_mixed.size else len(lines)
+    # Chunks of growing size from the outside in: most lines are never looked at (the first mixed line is near).
+    start, size = 0, 4
+    while start < len(lines):
+        chunk = lines[start : start + size]
+        uniform = (np.abs(chunk - reference).max(axis=2) <= BORDER_TOLERANCE).mean(axis=1) >= BORDER_UNIFORM_SHARE
+        first_mixed = np.flatnonzero(~uniform)
+        if first_mixed.size:
+            return start + int(first_mixed[0])
+        start, size = start + size, size * 2
+    return len(lines)
 
 
 def content_box(pixels: np.ndarray) -> tuple[int, int, int, int]:
