@@ -114,7 +114,7 @@ def test_the_rerun_resumes_from_the_trl_checkpoint_and_redoes_no_finished_part(k
     after, layout = r["after"], r["layout"]
     round0 = after["rounds"][0]
     assert round0["training"]["resumed_from"] == r["killed_at"]
-    assert f"resuming the training from {layout.round_training(0) / r['killed_at']}" in r["resumed_log"]
+    assert f"resuming the sft training from {layout.round_training(0) / r['killed_at']}" in r["resumed_log"]
     assert round0["pipeline_finished_at"] == r["at_kill"]["rounds"][0]["pipeline_finished_at"]
     run = json.loads(OutputLayout(layout.round_dir(0)).run_json.read_text())
     assert run["stages"]["generate"] == r["round0_run"]["stages"]["generate"]  # round 0's pipeline not rerun

@@ -58,6 +58,7 @@ def test_two_processes_train_and_a_kill_inside_round_1s_generation_resumes_there
         assert time.monotonic() < deadline, "round 1's generation did not start in 10 minutes"
         time.sleep(0.02)
     kill_tree(proc)
+    assert "round 0: SFTTrainer of rsgen-demo" in log.read_text()  # the first run trained round 0
     at_kill = json.loads(layout.iterate_json.read_text())
     answered_at_kill = len(round1.done_keys())
     assert at_kill["rounds"][0]["training"]["finished_at"] and len(at_kill["rounds"]) == 1  # round 1 unfinished
@@ -71,7 +72,7 @@ def test_two_processes_train_and_a_kill_inside_round_1s_generation_resumes_there
     for part in ("pipeline_finished_at",):
         assert after["rounds"][0][part] == at_kill["rounds"][0][part]
     assert after["rounds"][0]["training"]["finished_at"] == at_kill["rounds"][0]["training"]["finished_at"]
-    assert "round 0 of 1: the pipeline" not in text and "round 0: fine-tuning" not in text
+    assert "round 0 of 1: the pipeline" not in text and "round 0: SFTTrainer" not in text
     # Round 1's generation resumed: what it had answered was kept (at least that much reported done), and the
     # generate log of round 1 is the only one in the rerun.
     done = [(int(a.replace(",", "")), int(b.replace(",", "")))

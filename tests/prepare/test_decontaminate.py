@@ -199,9 +199,9 @@ def test_prepare_through_the_cli_drops_copies_with_reasons_examples_and_card_lin
     assert checked["removed_pool_images"] == 4
     assert report["decontamination"]["questions"]["ngram"] == 8
 
-    from rsgen.emit.card import decontamination_lines
+    from rsgen.emit.card import decontamination_text
 
-    lines = "\n".join(decontamination_lines(report["decontamination"]))
+    lines = decontamination_text(report["decontamination"])
     assert "removed 8 QA pairs on 4 copied images" in lines and "1 by question" in lines
     assert "test.jsonl" in lines
 
