@@ -73,6 +73,7 @@ KEY_GROUPS = {
     "verify": "checking answers against the official ones",
     "explore": "sampling beyond the greedy answer: pass rates, on-policy DPO pairs, a GRPO view",
     "judge": "the text-only second look at rejections",
+    "blind": "asking the accepted pairs again without the image",
     "emit": "the dataset, its card and the upload",
     "iterate": "`rsgen iterate`: rounds of rejection sampling and fine-tuning on what was accepted",
 }
@@ -116,6 +117,7 @@ class RecipeConfig:
     max_image_pixels: int = field(default=89_478_485, metadata={"stage": "prepare", "pin": True, "help": "larger images are dropped (PIL's decompression-bomb limit)"})
     max_aspect_ratio: float = field(default=200.0, metadata={"stage": "prepare", "pin": True, "help": "images more elongated than this are dropped"})
     decontaminate: list[SourceConfig] = field(default_factory=list, metadata={"stage": "prepare", "pin": True, "help": "evaluation sets, in the form of `sources` (family not needed): pool images that copy one of their images and pool questions that share half their word 8-grams with one of their questions are dropped (docs/decontamination.md)"})
+    blind_check: str = field(default="off", metadata={"stage": "blind", "read_by": ("blind", "emit"), "help": "off | flag | drop: ask every accepted pair again without its image; a pair whose blind answer verifies is blind-solvable: flag counts it (stats, card), drop also removes it from the RS splits and views (reason blind_solvable)"})
     prepare_num_proc: int = field(default=2, metadata={"stage": "prepare", "help": "processes cleaning the pool"})
 
     enable_thinking: bool = field(default=True, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "explore", "emit"), "help": "reasoning on: passed to the chat template as enable_thinking"})
@@ -305,6 +307,8 @@ def recipe_from_dict(raw: dict[str, Any], where: str = "recipe", flags: frozense
 
 
 def validate_recipe(recipe: RecipeConfig) -> None:
+    if recipe.blind_check not in ("off", "flag", "drop"):
+        raise RecipeError(f"blind_check must be off, flag or drop, got {recipe.blind_check!r}")
     if recipe.max_new_tokens < 1:
         raise RecipeError(f"max_new_tokens must be >= 1, got {recipe.max_new_tokens}")
     if recipe.num_samples < 1:
