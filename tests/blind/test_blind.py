@@ -95,3 +95,44 @@ def test_drop_removes_exactly_the_blind_solvable_pairs_from_every_split_and_view
         assert _sft_pairs(out / "dataset", f"{family}_sft") == kept[family]["sft"] - {q for _, q in solvable}
     card = (out / "dataset" / "README.md").read_text()
     assert "reason `blind_solvable`" in card
+
+
+@pytest.mark.slow  # a subprocess killed with SIGKILL
+def test_blind_stage_resumes_after_sigkill_with_an_identical_dataset(tmp_path):
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    reference = tmp_path / "reference"
+    main(["demo", "--output-dir", str(reference), "--num-images", "12"])
+    killed = tmp_path / "killed"
+    shutil.copytree(reference, killed)
+    shutil.rmtree(killed / "work" / "blind")
+    shutil.rmtree(killed / "dataset")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text((reference / "dataset" / "recipe.yaml").read_text().replace(str(reference), str(killed)))
+    flags = ["--checkpoint_every_items", "1", "--max_batch_size", "1"]  # a part per pair: a kill lands mid-stage
+    store = CheckpointStore(OutputLayout(killed).blind_work)
+    proc = subprocess.Popen([sys.executable, "-m", "rsgen", "blind", "--config", str(recipe), *flags],
+                            env={**os.environ}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while len(store.parts()) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    _, err = proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
+    expected = len(CheckpointStore(OutputLayout(reference).blind_work).done_keys())
+    assert 1 <= len(store.done_keys()) < expected, "killed in the middle of the stage"
+
+    main(["run", "--config", str(recipe), *flags])  # resumes the blind stage, then emits
+    got = {k: (r["response"], r["solvable"]) for k, r in store.records().items()}
+    want = {k: (r["response"], r["solvable"])
+            for k, r in CheckpointStore(OutputLayout(reference).blind_work).records().items()}
+    assert got == want
+    for path in sorted((reference / "dataset" / "data").rglob("*.parquet")):
+        assert (killed / path.relative_to(reference)).read_bytes() == path.read_bytes(), path
+    assert json.loads((killed / "stats.json").read_text())["families"] == \
+        json.loads((reference / "stats.json").read_text())["families"]
