@@ -1,0 +1,48 @@
+"""`iterate_stop_when_worse` end to end with the shipped demo model: a fine-tuning that breaks the model (a learning
+rate far too high) makes round 1's held-out rate fall, and the loop stops there and says so (iterate.json, the
+printed table, the card)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from rsgen.layout import OutputLayout
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_loop_stops_when_the_held_out_rate_falls(tmp_path):
+    recipe = {
+        "model_name_or_path": "rsgen-demo",
+        "output_dir": str(tmp_path / "it"),
+        "sources": [{"dataset_name": "rsgen-demo", "demo_num_images": 16, "demo_seed": 11, "family_column": "family",
+                     "options_column": "options", "source_id_column": "source_id"}],
+        "max_new_tokens": 64,
+        "judge": False,
+        "verifier": "relaxed",
+        "prepare_num_proc": 1,
+        "iterate_rounds": 3,
+        "iterate_eval_fraction": 0.25,
+        "iterate_stop_when_worse": True,
+        "iterate_train": {"learning_rate": 0.5, "num_train_epochs": 1, "per_device_train_batch_size": 4,
+                          "save_strategy": "no", "gradient_checkpointing": False},
+    }
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    proc = subprocess.run([sys.executable, "-m", "rsgen", "iterate", "--config", str(path)], cwd=tmp_path,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    layout = OutputLayout(tmp_path / "it")
+    data = json.loads(layout.iterate_json.read_text())
+    rates = [r["held_out"]["verifier_rate"] for r in data["rounds"]]
+    assert len(rates) == 2 and rates[1] < rates[0], rates  # round 0 > 0 and a broken model 1 below it
+    assert data["stopped"].startswith("round 1's held-out verifier accept rate")
+    assert "training" not in data["rounds"][1] and not layout.model_dir(2).exists()  # nothing after the stop
+    assert f"stopped early: {data['stopped']}" in proc.stdout
+    assert f"The loop stopped early: {data['stopped']}." in (layout.dataset / "README.md").read_text()
