@@ -76,7 +76,7 @@ KEY_GROUPS = {
     "emit": "the dataset, its card and the upload",
     "iterate": "`rsgen iterate`: rounds of rejection sampling and fine-tuning on what was accepted",
 }
-"""The `stage` of every RecipeConfig key: `rsgen run --help` and the README key table group keys under these."""
+"""The `stage` of every RecipeConfig key: `rsgen run --help` and the key tables of docs/recipes.md group keys under these."""
 
 # Values of the field metadata `read_by` (which stages read a key; default: the stage its `stage` names) and `pin`.
 EVERY_STAGE = "*"
@@ -94,7 +94,7 @@ class RecipeConfig:
 
     Each field carries its description in `metadata`, read by everything that needs it (so a new key is
     documented, and pinned, where it is declared):
-    - `stage`: the group it is listed under (`KEY_GROUPS`): `rsgen run --help` and the docs' key tables;
+    - `stage`: the group it is listed under (`KEY_GROUPS`): `rsgen run --help` and the key tables of docs/recipes.md;
     - `help`: one line;
     - `read_by`: the stages that read it (default: the one `stage` names; `EVERY_STAGE`): each stage's `--help`;
     - `pin`: the key is pinned with that stage's work (True: the stage `stage` names): a rerun that changes it
@@ -152,6 +152,7 @@ class RecipeConfig:
     views: list[str] | None = field(default=None, metadata={"stage": "emit", "help": "TRL views written next to the three splits, e.g. [sft] (null = all: sft, dpo, and with explore_samples > 0 dpo_onpolicy, grpo); each view stores its images again"})
     sft_keep_reasoning: bool = field(default=True, metadata={"stage": "emit", "help": "`_sft` completion is the full response (true) or the answer alone (false)"})
     num_card_examples: int = field(default=3, metadata={"stage": "emit", "help": "examples shown per family in the card"})
+    card_template: str | None = field(default=None, metadata={"stage": "emit", "help": "a Jinja card template of your own, rendered with huggingface_hub's DatasetCard.from_template and the figures of rsgen.emit.card.card_context (null = rsgen/emit/card_template.md)"})
     license: str = field(default="other", metadata={"stage": "emit", "help": "the card's license (a Hub license id)"})
     license_name: str | None = field(default=None, metadata={"stage": "emit", "help": "with license: other, its name on the card (null = derived-from-sources: the sources' and the model's terms)"})
     task_categories: list[str] = field(default_factory=lambda: ["visual-question-answering"], metadata={"stage": "emit", "help": "the card's task categories"})
@@ -446,7 +447,7 @@ def default_text(f: dataclasses.Field) -> str:
 
 
 def keys_markdown() -> str:
-    """The README's key tables, generated from the field metadata (scripts/update_readme_keys.py writes them):
+    """The key tables of docs/recipes.md, generated from the field metadata (scripts/update_readme_keys.py writes them):
     per key its default, the stages that read it (the one whose work it is pinned with in bold) and its help."""
 
     def default_cell(f):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from datasets import Features
@@ -330,6 +331,8 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
             "hub_dataset_id": recipe.hub_dataset_id,
             "num_card_examples": recipe.num_card_examples,
             "sft_keep_reasoning": recipe.sft_keep_reasoning,
+            # Absolute, so `rsgen card OUTPUT_DIR` finds it from any working directory.
+            "template": str(Path(recipe.card_template).resolve()) if recipe.card_template else None,
         },
         "families": {name: families[name] for name in sorted(families)},
     }
