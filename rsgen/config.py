@@ -115,6 +115,7 @@ class RecipeConfig:
     instruction: str = field(default="Answer in short without any other content.", metadata={"stage": "prepare", "pin": True, "read_by": ("prepare", "emit"), "help": "appended to every question on a new line"})
     max_image_pixels: int = field(default=89_478_485, metadata={"stage": "prepare", "pin": True, "help": "larger images are dropped (PIL's decompression-bomb limit)"})
     max_aspect_ratio: float = field(default=200.0, metadata={"stage": "prepare", "pin": True, "help": "images more elongated than this are dropped"})
+    decontaminate: list[SourceConfig] = field(default_factory=list, metadata={"stage": "prepare", "pin": True, "help": "evaluation sets, in the form of `sources` (family not needed): pool images that copy one of their images and pool questions that share half their word 8-grams with one of their questions are dropped (docs/decontamination.md)"})
     prepare_num_proc: int = field(default=2, metadata={"stage": "prepare", "help": "processes cleaning the pool"})
 
     enable_thinking: bool = field(default=True, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "explore", "emit"), "help": "reasoning on: passed to the chat template as enable_thinking"})
@@ -254,8 +255,9 @@ def _check_type(name: str, value: Any, f: dataclasses.Field, where: str) -> Any:
     return value
 
 
-def source_from_dict(raw: dict[str, Any], index: int = 0) -> SourceConfig:
-    where = f"sources[{index}]"
+def source_from_dict(raw: dict[str, Any], index: int = 0, listed_in: str = "sources") -> SourceConfig:
+    """An entry of `sources` (or, listed_in="decontaminate", an evaluation set: no family needed)."""
+    where = f"{listed_in}[{index}]"
     if not isinstance(raw, dict):
         raise RecipeError(f"{where} must be a mapping of source keys, got {raw!r}")
     fields = _fields(SourceConfig)
@@ -269,6 +271,8 @@ def source_from_dict(raw: dict[str, Any], index: int = 0) -> SourceConfig:
         raise RecipeError(f"{where}: format {src.format!r} is not one of flat, cauldron, llava")
     if not (src.dataset_name or src.data_files or src.data_dir):
         raise RecipeError(f"{where}: set one of dataset_name (Hub), data_files (local files) or data_dir (image folder)")
+    if listed_in == "decontaminate" and not (src.family or src.family_column):
+        src.family = "evaluation"  # an evaluation set is read, never emitted: its family names nothing
     if not (src.family or src.family_column):
         raise RecipeError(f"{where}: set `family: NAME` or `family_column: COLUMN`")
     return src
@@ -281,10 +285,11 @@ def recipe_from_dict(raw: dict[str, Any], where: str = "recipe", flags: frozense
     for key, value in raw.items():
         if key not in fields:
             raise _unknown_key_error(key, RecipeConfig, where, flag=key in flags, value=value)
-        if key == "sources":
+        if key in ("sources", "decontaminate"):
             if not isinstance(value, list):
-                raise RecipeError(f"{where}: `sources` must be a list of source mappings")
-            kwargs[key] = [v if isinstance(v, SourceConfig) else source_from_dict(v, i) for i, v in enumerate(value)]
+                raise RecipeError(f"{where}: `{key}` must be a list of source mappings")
+            kwargs[key] = [v if isinstance(v, SourceConfig) else source_from_dict(v, i, key)
+                           for i, v in enumerate(value)]
         else:
             kwargs[key] = _check_type(key, value, fields[key], where)
     recipe = RecipeConfig(**kwargs)

@@ -423,6 +423,7 @@ def cleaning_figures(stats: dict[str, Any]) -> dict[str, Any]:
         "report": [(family, _report_line(fam["cleaning"]["report"]["family"]))
                    for family, fam in stats["families"].items() if fam["cleaning"]["report"]["family"]],
         "pool": _report_line(pool) if pool else None,
+        "decontamination": decontamination_text(stats.get("decontamination")),
     }
 
 
@@ -434,6 +435,27 @@ def license_section(stats: dict[str, Any]) -> str:
     return (f"`other` (`{name}`): the rows inherit the licenses of the source data ({sources}) and the terms of "
             f"use of the model that wrote the responses (`{stats['model']}`). Set `license` (a Hub license id) or "
             "`license_name` in the recipe when they are known.")
+
+
+def decontamination_text(decon: dict[str, Any] | None) -> str:
+    """Which evaluation sets the pool was checked against, and how many QA pairs (and images) each removed."""
+    if not decon:
+        return "Decontamination: no evaluation sets were given (`decontaminate:`), so none was checked."
+    q = decon["questions"]
+    lines = [f"Decontamination against {len(decon['sets'])} evaluation set(s): images by perceptual hash "
+             f"confirmed pixel by pixel, questions by normalised word {q['ngram']}-grams (dropped when at least "
+             f"{q['match_share']:.0%} of a question's grams belong to one evaluation question):", ""]
+    for s in decon["sets"]:
+        where = " ".join(str(s[k]) for k in ("source_dataset", "source_config", "source_split") if s.get(k))
+        removed = s["removed_qa_pairs"]
+        templated = (" (questions come from templates: only its images were checked)"
+                     if s["questions_templated"] else "")
+        lines.append(
+            f"- `{where}`: {_n(s['images_indexed'])} images and {_n(s['questions_indexed'])} identifying questions "
+            f"checked{templated}; removed {_n(removed.get('contaminated_image', 0))} QA pairs on "
+            f"{_n(s['removed_pool_images'])} copied images (`contaminated_image`) and "
+            f"{_n(removed.get('contaminated_question', 0))} by question (`contaminated_question`)")
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------ render

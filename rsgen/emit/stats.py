@@ -99,7 +99,7 @@ def _flatten_counts(node: Any, prefix: str = "") -> dict[str, int]:
     return out
 
 
-NOT_COUNTS = ("families", "sources", "steps", "shards")  # report entries that are not pool-wide counts
+NOT_COUNTS = ("families", "sources", "steps", "shards", "decontamination")  # report entries that are not pool-wide counts
 
 
 def cleaning_counts(report: dict[str, Any] | None, family: str) -> dict[str, dict[str, int]]:
@@ -315,6 +315,7 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
         },
         "work_records_outside_pool": work_records_outside_pool,
         "cleaning_policy": cleaning_policy(report),
+        "decontamination": (report or {}).get("decontamination"),  # the evaluation sets checked, what each removed
         "wall_time": stage_wall_times(run),
         "sources": [
             {"dataset": s.dataset_name or ", ".join(s.data_files or []) or s.data_dir, "config": s.dataset_config,
