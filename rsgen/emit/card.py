@@ -377,24 +377,82 @@ def _fraction(num: int, den: int) -> str:
     return f"{_n(num)}/{_n(den)}"
 
 
-def calibration_sentence(calib: dict[str, int] | None) -> str:
-    """Both sides of the calibration and the false-promotion rate the known-wrong side implies."""
+FORM_WORDS = {  # how each form of a built calibration pair reads (rsgen.judge.calibration)
+    "near_number": "the reference's number moved just beyond the verifier's tolerance",
+    "neighbour_letter": "the neighbouring option letter",
+    "number_word": "a number written as a word",
+    "other_word": "another question's reference",
+    "option_text": "an option's text in a sentence",
+    "sentence": "a sentence around the value",
+    "unrelated": "an unrelated answer",
+    "count_noun": "a count with its noun",
+    "article": "the reference with an article",
+    "plural": "the reference in the plural",
+}
+
+
+def _forms(forms: dict[str, dict[str, int]] | None) -> str:
+    return ", ".join(f"{FORM_WORDS.get(form, form)} (`{form}`) {_fraction(c['as_expected'], c['total'])}"
+                     for form, c in (forms or {}).items())
+
+
+def calibration_sentence(calib: dict[str, Any] | None, scope: str = "undecided") -> str:
+    """The three sides of the calibration, in words a reader can check: agreement on verifier-accepted pairs,
+    `WRONG` on known-wrong pairs (and the false-promotion rate that implies), `CORRECT` on known-right pairs."""
     if not calib:
         return "Calibration: no pairs were available to calibrate the judge on."
-    calib = {"known_wrong_rejected": 0, "known_wrong_total": 0, **calib}  # stats.json written before #13 lacks them
-    accepted = (f"agreed on {_fraction(calib['agreed'], calib['total'])} verifier-accepted pairs"
-                if calib["total"] else "had no verifier-accepted pairs to agree with")
-    if not calib["known_wrong_total"]:
-        return f"Calibration: the judge {accepted}; no known-wrong pair could be built to measure how often it " \
-               "says CORRECT to a wrong answer."
-    promoted = calib["known_wrong_total"] - calib["known_wrong_rejected"]
-    return (f"Calibration: the judge {accepted}; said `WRONG` to "
-            f"{_fraction(calib['known_wrong_rejected'], calib['known_wrong_total'])} known-wrong pairs — questions "
-            "of this run paired with answers built to be wrong (the reference's number moved just beyond the "
-            "verifier's tolerance, the neighbouring option letter, another question's reference of the same "
-            "family, unrelated answers), each rejected by its verifier. That implies a **false-promotion rate of "
-            f"{_rate(promoted / calib['known_wrong_total'])}**: the share of wrong answers shown to the judge that "
-            "it would promote.")
+    calib = {"known_wrong_rejected": 0, "known_wrong_total": 0, "known_right_promoted": 0, "known_right_total": 0,
+             **calib}  # stats.json written before #13 / #23 lacks them
+    shown = ("in forms the judge is actually shown (under `judge_scope: undecided` never a decisive mismatch, which "
+             "never reaches it)" if scope != "all" else "in every form (`judge_scope: all`)")
+    lines = ["Calibration, three sides:", ""]
+    lines.append(f"- **Accepted pairs** (it should say `CORRECT`): it agreed on "
+                 f"{_fraction(calib['agreed'], calib['total'])} answers the verifier accepted." if calib["total"]
+                 else "- **Accepted pairs**: none to agree with.")
+    if calib["known_wrong_total"]:
+        promoted = calib["known_wrong_total"] - calib["known_wrong_rejected"]
+        forms = _forms(calib.get("known_wrong_forms"))
+        lines.append(
+            f"- **Known-wrong pairs** (it should say `WRONG`): it said `WRONG` to "
+            f"{_fraction(calib['known_wrong_rejected'], calib['known_wrong_total'])} questions of this run paired "
+            f"with answers built to be wrong, each rejected by its verifier, {shown}"
+            + (f" — by form: {forms}" if forms else "") + ". That implies a **false-promotion rate of "
+            f"{_rate(promoted / calib['known_wrong_total'])}**: the share of wrong answers of these forms the "
+            "judge would promote.")
+    else:
+        lines.append("- **Known-wrong pairs**: none could be built to measure how often it says CORRECT to a wrong "
+                     "answer.")
+    if calib["known_right_total"]:
+        forms = _forms(calib.get("known_right_forms"))
+        lines.append(
+            f"- **Known-right pairs** (it should say `CORRECT`): it said `CORRECT` to "
+            f"{_fraction(calib['known_right_promoted'], calib['known_right_total'])} right answers rewritten so "
+            "that the verifier rejects them and the decisive rule leaves them to the judge — the false negatives "
+            "it exists to recover" + (f"; by form: {forms}" if forms else "") + ". That is a **recall of "
+            f"{_rate(calib['known_right_promoted'] / calib['known_right_total'])}**.")
+    else:
+        lines.append("- **Known-right pairs**: no meaning-preserving rewrite of a reference was rejected by its "
+                     "verifier, so the judge's recall could not be measured.")
+    return "\n".join(lines)
+
+
+def calibration_examples(stats: dict[str, Any]) -> str:
+    """Per family, a few pairs of each calibration side with the judge's verdict, for a reader to check."""
+    sides = (("accepted", "verifier-accepted (should be `CORRECT`)"),
+             ("known_wrong", "known-wrong (should be `WRONG`)"), ("known_right", "known-right (should be `CORRECT`)"))
+    lines = []
+    for family, fam in stats["families"].items():
+        examples = (fam.get("calibration") or {}).get("examples") or {}
+        for side, title in sides:
+            shown = examples.get(side, [])[:3]
+            if shown:
+                lines += ["", f"**{family}** — {title}:", "", "| question | reference | candidate | form | verdict |",
+                          "|---|---|---|---|---|",
+                          *(f"| {_cell(e['question'])} | {_cell(e['reference'])} | {_cell(e['candidate'])} | "
+                            f"{e.get('form') or '–'} | `{e['verdict']}` |" for e in shown)]
+    if not lines:
+        return ""
+    return "Calibration pairs to spot-check (the first of each side):\n" + "\n".join(lines)
 
 
 def _paths_sentence(stats: dict[str, Any]) -> str:
@@ -422,6 +480,10 @@ def gate_paragraph(stats: dict[str, Any]) -> str:
     if minimum <= 0:
         rule = "Leniency gate: **off** for this run (`judge_min_specificity: 0`): every `CORRECT` promotes."
     lines = [rule]
+    for family, fam in stats["families"].items():
+        if fam["judge"].get("enabled", True) and fam["judge"].get("gate", {}).get("consulted") is False:
+            lines += ["", f"> **{family}:** the judge was never consulted — every verifier rejection was decisive "
+                          "(or there was none) — so the gate had nothing to decide there."]
     for family, fam in withheld:
         c = fam["calibration"] or {"known_wrong_rejected": 0, "known_wrong_total": 0}
         measured = (f"said `WRONG` to only {_fraction(c['known_wrong_rejected'], c['known_wrong_total'])} "
@@ -429,6 +491,14 @@ def gate_paragraph(stats: dict[str, Any]) -> str:
                     else "could not be measured on known-wrong pairs")
         lines += ["", f"> **Warning — {family}:** the judge {measured}, below {_rate(minimum)}; "
                       f"{_n(fam['judge']['withheld'])} promotion(s) were withheld."]
+    min_recall = stats.get("judge_min_recall", 0.5)
+    for family, fam in stats["families"].items():
+        gate, c = fam["judge"].get("gate", {}), fam["calibration"] or {}
+        if gate.get("adds_little"):
+            lines += ["", f"> **Note — {family}:** the judge said `CORRECT` to only "
+                          f"{_fraction(c['known_right_promoted'], c['known_right_total'])} known-right pairs "
+                          f"({_rate(gate['recall'])}, below `judge_min_recall` {_rate(min_recall)}): it adds little "
+                          "in this family; most right answers its verifier rejects stay rejected."]
     return "\n".join(lines)
 
 
@@ -477,21 +547,27 @@ def judge_section(stats: dict[str, Any]) -> str:
         "",
         _paths_sentence(stats),
         "",
-        calibration_sentence(stats.get("calibration")),
+        calibration_sentence(stats.get("calibration"), stats.get("judge_scope", "undecided")),
         "",
         gate_paragraph(stats),
         "",
         "| family | decisive (not judged) | judged | promoted (`CORRECT`) | withheld | `WRONG` | `UNSURE` | "
-        "accepted pairs agreed | known-wrong pairs rejected |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "accepted pairs `CORRECT` | known-wrong pairs `WRONG` | known-right pairs `CORRECT` |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for family, fam in stats["families"].items():
         j, c = fam["judge"], fam["calibration"]
         agreed = _fraction(c["agreed"], c["total"]) if c else "–"
         rejected = _fraction(c["known_wrong_rejected"], c["known_wrong_total"]) if c and "known_wrong_total" in c else "–"
+        recovered = (_fraction(c["known_right_promoted"], c["known_right_total"]) if c and c.get("known_right_total")
+                     else "–")
         lines.append(f"| {family} | {_n(j.get('decisive', 0))} | {_n(j['judged'])} | {_n(j['promoted'])} | "
-                     f"{_n(j.get('withheld', 0))} | {_n(j['wrong'])} | {_n(j['unsure'])} | {agreed} | {rejected} |")
+                     f"{_n(j.get('withheld', 0))} | {_n(j['wrong'])} | {_n(j['unsure'])} | {agreed} | {rejected} | "
+                     f"{recovered} |")
     lines += ["", spot_checks(stats)]
+    examples = calibration_examples(stats)
+    if examples:
+        lines += ["", examples]
     return "\n".join(lines)
 
 

@@ -191,8 +191,10 @@ def number_word(value: float) -> str | None:
     return _TENS[tens - 2] + (f"-{_ONES[ones]}" if ones else "")
 
 
-_HOW_MANY_RE = re.compile(r"\bhow many ([a-z]+(?: [a-z]+)?)", re.IGNORECASE)
-_NOT_NOUNS = {"are", "is", "do", "does", "of", "in", "were", "will", "can", "would", "have", "has"}
+_HOW_MANY_RE = re.compile(r"\bhow many ([a-z]+(?: [a-z]+)*)", re.IGNORECASE)
+# Where the counted phrase ends ("How many red cubes | are left?", "... | exist?").
+_NOT_NOUNS = {"are", "is", "do", "does", "of", "in", "were", "will", "can", "would", "have", "has", "exist", "there",
+              "left", "remain"}
 
 
 def counted_noun(question: str) -> str | None:
@@ -200,9 +202,11 @@ def counted_noun(question: str) -> str | None:
     m = _HOW_MANY_RE.search(question)
     if m is None:
         return None
-    words = [w for w in m.group(1).lower().split()]
-    while words and words[-1] in _NOT_NOUNS:
-        words.pop()
+    words = []
+    for word in m.group(1).lower().split():
+        if word in _NOT_NOUNS:
+            break
+        words.append(word)
     return " ".join(words) or None
 
 
@@ -350,6 +354,36 @@ def is_known_wrong(candidate: str, plain: str, q: _Question) -> bool:
     return plainly_different(plain, q.answers)
 
 
+KNOWN_WRONG = "known_wrong"
+KNOWN_RIGHT = "known_right"
+
+
+def form_candidate(side: str, form: str, q: _Question, judge_scope: str = "undecided") -> str | None:
+    """The first candidate of `form` that is usable on `side`, or None.
+
+    known_wrong: the verifier rejects it, its stated value is certainly wrong (`is_known_wrong`), and under
+    `judge_scope: undecided` the decisive rule leaves it to the judge. known_right: the verifier rejects it and the
+    decisive rule leaves it undecided (a rewrite the verifier accepts is not a false negative)."""
+    if side == KNOWN_WRONG:
+        for candidate, plain in KNOWN_WRONG_FORMS[form](q):
+            rejected, decisive = _rejected_undecided(candidate, q)
+            if rejected and (judge_scope == "all" or not decisive) and is_known_wrong(candidate, plain, q):
+                return candidate
+        return None
+    return next((c for c in KNOWN_RIGHT_FORMS[form](q) if _rejected_undecided(c, q) == (True, False)), None)
+
+
+def question(qa: dict[str, Any], verifier: str, seed: int = 0, tolerance: float | None = None,
+             same_kind: list[str] | None = None, other_families: list[str] | None = None) -> _Question:
+    """One prepared QA (`answers`, `options`, `question`) as the forms see it; tests build single ones with it."""
+    options = list(qa.get("options") or []) or None
+    letters = verifier == "mc" or options is not None
+    return _Question(answers=list(qa["answers"]), options=options, kind=_kind(qa["answers"][0], letters),
+                     question=qa.get("question", ""), verifier=verifier, tolerance=tolerance,
+                     same_kind=same_kind or [], other_families=other_families or [],
+                     rng=random.Random(_rank(seed, "question")))
+
+
 def _questions(prepared: dict[str, dict[str, Any]], verifier_for: Callable[[str], str], seed: int,
                tolerance: float | None, side: str) -> Iterator[tuple[str, list[tuple[str, _Question]]]]:
     """Per family (sorted): its questions in a fixed-seed order, each with what the forms need."""
@@ -404,12 +438,7 @@ def known_wrong_pairs(
             if made >= size:
                 break
             for form in _rotated(forms, made):
-                found = None
-                for candidate, plain in KNOWN_WRONG_FORMS[form](q):
-                    rejected, decisive = _rejected_undecided(candidate, q)
-                    if rejected and (judge_scope == "all" or not decisive) and is_known_wrong(candidate, plain, q):
-                        found = candidate
-                        break
+                found = form_candidate(KNOWN_WRONG, form, q, judge_scope)
                 if found is not None:
                     pairs.append(CalibrationPair(qa_id, family, form, found))
                     made += 1
@@ -435,8 +464,7 @@ def known_right_pairs(
             if made >= size:
                 break
             for form in _rotated(forms, made):
-                found = next((c for c in KNOWN_RIGHT_FORMS[form](q) if _rejected_undecided(c, q) == (True, False)),
-                             None)
+                found = form_candidate(KNOWN_RIGHT, form, q)
                 if found is not None:
                     pairs.append(CalibrationPair(qa_id, family, form, found))
                     made += 1

@@ -18,7 +18,16 @@ OPTIONS = ["cube", "sphere", "cylinder"]
     ("**7**", "7", [], True),
     ("8", "7", [], False),
     ("20", "19", [], False),  # inside relaxed's 5% of 20, still not the scene's answer
-    ("seven", "7", [], False),
+    ("seven", "7", [], True),  # read on its own, not with the verifier's parser: a number word states 7
+    ("There are 7 red cubes left.", "7", [], True),
+    ("There are 7 cubes, 2 red.", "7", [], False),  # two numbers: not a statement of 7
+    ("forty-two", "42", [], True),
+    ("six", "7", [], False),
+    ("an apple", "apple", [], True),
+    ("apples", "apple", [], True),
+    ("The answer is lime.", "lime", [], True),
+    ("It is the sphere.", "sphere", OPTIONS, True),
+    ("B or C", "sphere", OPTIONS, False),
     ("Lime", "lime", [], True),
     ("fig", "lime", [], False),
     ("B", "sphere", OPTIONS, True),
