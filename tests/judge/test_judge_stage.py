@@ -121,7 +121,8 @@ def test_routing_only_correct_promotes(judged):
     verdicts = {k: JudgeRecord.from_json(rec) for k, rec in records.items()}
     answers = {p.id: p.answers for p in PAIRS}
     outcome = {k: route(generate[k], verdicts.get(k), judge_enabled=True,
-                        judged=goes_to_judge(generate[k], answers[k], None, "undecided", None)) for k in generate}
+                        judged=goes_to_judge(generate[k], answers[k], None, "undecided", None), trusted=True)
+               for k in generate}
     accepted = {k for k, (ok, _) in outcome.items() if ok}
     assert accepted == {f"acc{i}" for i in range(6)} | {"r_right"}
     assert outcome["r_wrong"] == (False, "wrong_answer")  # decisive: no verdict needed
@@ -132,8 +133,8 @@ def test_routing_only_correct_promotes(judged):
     # A calibration WRONG never demotes a verifier acceptance.
     assert outcome["acc0"] == (True, None)
     # Judge disabled: the verifier's reason stands.
-    assert route(generate["r_mc"], None, judge_enabled=False) == (False, "mc_no_letter")
-    assert route(generate["r_right"], None, judge_enabled=False) == (False, "wrong_answer")
+    assert route(generate["r_mc"], None, judge_enabled=False, trusted=True) == (False, "mc_no_letter")
+    assert route(generate["r_right"], None, judge_enabled=False, trusted=True) == (False, "wrong_answer")
 
 
 def test_summary(judged):
