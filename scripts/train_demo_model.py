@@ -424,20 +424,43 @@ def sft_config(work: Path, batch_size: int, **schedule):
 
 
 def train(args) -> Path:
-    """Phase 1 learns everything from scratch; phase 2 makes the judge compare (see `judge_example`)."""
+    """Phase 1 learns everything from scratch; phase 2 makes the judge compare (see `judge_example`). With
+    `--init-from`, only phase 2, from a trained model, on images after the ones its training saw."""
+    started = time.perf_counter()
+    work = Path(args.output).with_name(Path(args.output).name + ".trainer")
+    rows: list = []
+    phase1_seconds = 0.0
+    if args.init_from:
+        # Teaching a shipped model new answer forms is a fraction of training from scratch (phase 1 alone took
+        # 12 min idle, ~40 min projected on the loaded shared machine).
+        from rsgen.engine.models import load_model_and_processor
+
+        model, processor = load_model_and_processor(args.init_from, torch_dtype="float32")
+        model.train()
+        first_image = args.num_images + args.judge_phase_images  # after phase 1's and the first phase 2's images
+        print(f"phase 1 skipped: starting from {args.init_from}", flush=True)
+    else:
+        rows, corpus = training_examples(args.num_images, args.judge_share, args.nothink_share, args.batch_size)
+        model, processor = build_model(build_tokenizer(corpus), SIZES[args.size])
+        print(f"phase 1: {len(rows)} training rows from {args.num_images} images; "
+              f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters", flush=True)
+        _phase1(model, processor, rows, work, args)
+        phase1_seconds = time.perf_counter() - started
+        first_image = args.num_images
+    num_rows = len(rows) + _phase2(model, processor, first_image, work, args)
+    train_seconds = time.perf_counter() - started
+    n_params = sum(p.numel() for p in model.parameters())
+    save_model(model, processor, Path(args.output), train_seconds, args, num_rows, n_params)
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"trained in {train_seconds / 60:.1f} min (phase 1 {phase1_seconds / 60:.1f}); saved to {args.output}",
+          flush=True)
+    return Path(args.output)
+
+
+def _phase1(model, processor, rows, work: Path, args) -> None:
     from datasets import Dataset
     from trl import SFTTrainer
 
-    started = time.perf_counter()
-    rows, corpus = training_examples(args.num_images, args.judge_share, args.nothink_share, args.batch_size)
-    tokenizer = build_tokenizer(corpus)
-    model, processor = build_model(tokenizer, SIZES[args.size])
-    n_params = sum(p.numel() for p in model.parameters())
-    print(
-        f"phase 1: {len(rows)} training rows from {args.num_images} images; {n_params / 1e6:.2f} M parameters",
-        flush=True,
-    )
-    work = Path(args.output).with_name(Path(args.output).name + ".trainer")
     phase1 = sft_config(work, args.batch_size, num_train_epochs=args.epochs, learning_rate=args.lr,
                         lr_scheduler_type="cosine", warmup_steps=args.warmup_steps,
                         max_steps=args.max_steps)  # fmt: skip
@@ -448,28 +471,22 @@ def train(args) -> Path:
         processing_class=processor,
         data_collator=judge_prompt_loss_collator(processor),
     ).train()
-    phase1_seconds = time.perf_counter() - started
+
+
+def _phase2(model, processor, first_image: int, work: Path, args) -> int:
+    from datasets import Dataset
+    from trl import SFTTrainer
 
     # Phase 2: after phase 1 the judge copies both values but writes "Agreed: none" to equal ones as well; a short
     # phase with the loss on the judge's completion only (and image questions in between) teaches the comparison.
-    judge_rows = judge_phase_examples(
-        args.num_images, args.judge_phase_images, args.nothink_share, args.batch_size
-    )
+    judge_rows = judge_phase_examples(first_image, args.judge_phase_images, args.nothink_share, args.batch_size)
     print(f"phase 2: {len(judge_rows)} rows from {args.judge_phase_images} further images", flush=True)
     phase2 = sft_config(work, args.batch_size, num_train_epochs=1, learning_rate=args.judge_phase_lr,
                         lr_scheduler_type="constant_with_warmup", warmup_steps=20)  # fmt: skip
     SFTTrainer(
         model=model, args=phase2, train_dataset=Dataset.from_list(judge_rows), processing_class=processor
     ).train()
-    train_seconds = time.perf_counter() - started
-    num_rows = len(rows) + len(judge_rows)
-    save_model(model, processor, Path(args.output), train_seconds, args, num_rows, n_params)
-    shutil.rmtree(work, ignore_errors=True)
-    print(
-        f"trained in {train_seconds / 60:.1f} min (phase 1 {phase1_seconds / 60:.1f}); saved to {args.output}",
-        flush=True,
-    )
-    return Path(args.output)
+    return len(judge_rows)
 
 
 def save_model(
@@ -660,6 +677,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--judge-phase-lr", type=float, default=1e-3, help="learning rate of phase 2")
     parser.add_argument("--nothink-share", type=float, default=0.1)
+    parser.add_argument("--init-from", default=None,
+                        help="a trained demo model: skip phase 1 and run phase 2 from it (new answer forms)")
     # Default: two threads on an idle machine, one when other jobs are running (two oversubscribed threads were
     # 4x slower per step than one on the shared development machine).
     parser.add_argument("--threads", type=int, default=None)
