@@ -191,7 +191,7 @@ def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace, rest
     if args.command == "demo":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        from rsgen.demo.run import run_demo
+        from rsgen.demo_command import run_demo
 
         run_demo(output_dir=args.output_dir, num_images=args.num_images, seed=args.seed)
         return

@@ -76,7 +76,7 @@ KEY_GROUPS = {
     "emit": "the dataset, its card and the upload",
     "iterate": "`rsgen iterate`: rounds of rejection sampling and fine-tuning on what was accepted",
 }
-"""The `stage` of every RecipeConfig key: `rsgen run --help` and the README key table group keys under these."""
+"""The `stage` of every RecipeConfig key: `rsgen run --help` and the key tables of docs/recipes.md group keys under these."""
 
 # Values of the field metadata `read_by` (which stages read a key; default: the stage its `stage` names) and `pin`.
 EVERY_STAGE = "*"
@@ -94,7 +94,7 @@ class RecipeConfig:
 
     Each field carries its description in `metadata`, read by everything that needs it (so a new key is
     documented, and pinned, where it is declared):
-    - `stage`: the group it is listed under (`KEY_GROUPS`): `rsgen run --help` and the docs' key tables;
+    - `stage`: the group it is listed under (`KEY_GROUPS`): `rsgen run --help` and the key tables of docs/recipes.md;
     - `help`: one line;
     - `read_by`: the stages that read it (default: the one `stage` names; `EVERY_STAGE`): each stage's `--help`;
     - `pin`: the key is pinned with that stage's work (True: the stage `stage` names): a rerun that changes it
@@ -115,6 +115,7 @@ class RecipeConfig:
     instruction: str = field(default="Answer in short without any other content.", metadata={"stage": "prepare", "pin": True, "read_by": ("prepare", "emit"), "help": "appended to every question on a new line"})
     max_image_pixels: int = field(default=89_478_485, metadata={"stage": "prepare", "pin": True, "help": "larger images are dropped (PIL's decompression-bomb limit)"})
     max_aspect_ratio: float = field(default=200.0, metadata={"stage": "prepare", "pin": True, "help": "images more elongated than this are dropped"})
+    decontaminate: list[SourceConfig] = field(default_factory=list, metadata={"stage": "prepare", "pin": True, "help": "evaluation sets, in the form of `sources` (family not needed): pool images that copy one of their images and pool questions that share half their word 8-grams with one of their questions are dropped (docs/decontamination.md)"})
     prepare_num_proc: int = field(default=2, metadata={"stage": "prepare", "help": "processes cleaning the pool"})
 
     enable_thinking: bool = field(default=True, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "explore", "emit"), "help": "reasoning on: passed to the chat template as enable_thinking"})
@@ -153,6 +154,7 @@ class RecipeConfig:
     views: list[str] | None = field(default=None, metadata={"stage": "emit", "help": "TRL views written next to the three splits, e.g. [sft] (null = all: sft, dpo, and with explore_samples > 0 dpo_onpolicy, grpo); each view stores its images again"})
     sft_keep_reasoning: bool = field(default=True, metadata={"stage": "emit", "help": "`_sft` completion is the full response (true) or the answer alone (false)"})
     num_card_examples: int = field(default=3, metadata={"stage": "emit", "help": "examples shown per family in the card"})
+    card_template: str | None = field(default=None, metadata={"stage": "emit", "help": "a Jinja card template of your own, rendered with huggingface_hub's DatasetCard.from_template and the figures of rsgen.emit.card.card_context (null = rsgen/emit/card_template.md)"})
     license: str = field(default="other", metadata={"stage": "emit", "help": "the card's license (a Hub license id)"})
     license_name: str | None = field(default=None, metadata={"stage": "emit", "help": "with license: other, its name on the card (null = derived-from-sources: the sources' and the model's terms)"})
     task_categories: list[str] = field(default_factory=lambda: ["visual-question-answering"], metadata={"stage": "emit", "help": "the card's task categories"})
@@ -163,9 +165,10 @@ class RecipeConfig:
     demo: bool = field(default=False, metadata={"stage": "emit", "help": "the card says this is a demo dataset (it always does when the demo model answered or judged)"})
 
     iterate_rounds: int = field(default=2, metadata={"stage": "iterate", "help": "fine-tuning rounds: round k answers with model k (model 0 = model_name_or_path) and trains model k+1 on its accepted pairs; rounds 0..iterate_rounds are measured"})
-    iterate_train: dict[str, Any] = field(default_factory=dict, metadata={"stage": "iterate", "help": "TRL SFTConfig arguments of each round's fine-tuning, e.g. {learning_rate: 2.0e-5, num_train_epochs: 1} (output_dir is rsgen's)"})
-    iterate_from: str = field(default="previous", metadata={"stage": "iterate", "help": "previous = round k fine-tunes model k (STaR-style); base = every round fine-tunes model_name_or_path afresh (ReST-EM)"})
-    iterate_eval_fraction: float = field(default=0.2, metadata={"stage": "iterate", "help": "share of each family's images held out: measured every round, never trained on"})
+    iterate_train: dict[str, Any] = field(default_factory=dict, metadata={"stage": "iterate", "pin": True, "help": "TRL SFTConfig arguments of each round's fine-tuning, e.g. {learning_rate: 2.0e-5, num_train_epochs: 1} (output_dir is rsgen's)"})
+    iterate_from: str = field(default="previous", metadata={"stage": "iterate", "pin": True, "help": "previous = round k fine-tunes model k (STaR-style); base = every round fine-tunes model_name_or_path afresh (ReST-EM)"})
+    iterate_dpo: dict[str, Any] | None = field(default=None, metadata={"stage": "iterate", "pin": True, "help": "TRL DPOConfig arguments of a DPO step after each round's SFT, on the round's _dpo_onpolicy pairs of the training slice (needs explore_samples > 0); null = SFT only"})
+    iterate_eval_fraction: float = field(default=0.2, metadata={"stage": "iterate", "pin": True, "help": "share of each family's images held out: measured every round, never trained on"})
     iterate_stop_when_worse: bool = field(default=True, metadata={"stage": "iterate", "help": "stop when a round's held-out verifier accept rate falls below the round before"})
 
     # ------------------------------------------------------------------ helpers
@@ -253,8 +256,9 @@ def _check_type(name: str, value: Any, f: dataclasses.Field, where: str) -> Any:
     return value
 
 
-def source_from_dict(raw: dict[str, Any], index: int = 0) -> SourceConfig:
-    where = f"sources[{index}]"
+def source_from_dict(raw: dict[str, Any], index: int = 0, listed_in: str = "sources") -> SourceConfig:
+    """An entry of `sources` (or, listed_in="decontaminate", an evaluation set: no family needed)."""
+    where = f"{listed_in}[{index}]"
     if not isinstance(raw, dict):
         raise RecipeError(f"{where} must be a mapping of source keys, got {raw!r}")
     fields = _fields(SourceConfig)
@@ -268,6 +272,8 @@ def source_from_dict(raw: dict[str, Any], index: int = 0) -> SourceConfig:
         raise RecipeError(f"{where}: format {src.format!r} is not one of flat, cauldron, llava")
     if not (src.dataset_name or src.data_files or src.data_dir):
         raise RecipeError(f"{where}: set one of dataset_name (Hub), data_files (local files) or data_dir (image folder)")
+    if listed_in == "decontaminate" and not (src.family or src.family_column):
+        src.family = "evaluation"  # an evaluation set is read, never emitted: its family names nothing
     if not (src.family or src.family_column):
         raise RecipeError(f"{where}: set `family: NAME` or `family_column: COLUMN`")
     return src
@@ -280,10 +286,11 @@ def recipe_from_dict(raw: dict[str, Any], where: str = "recipe", flags: frozense
     for key, value in raw.items():
         if key not in fields:
             raise _unknown_key_error(key, RecipeConfig, where, flag=key in flags, value=value)
-        if key == "sources":
+        if key in ("sources", "decontaminate"):
             if not isinstance(value, list):
-                raise RecipeError(f"{where}: `sources` must be a list of source mappings")
-            kwargs[key] = [v if isinstance(v, SourceConfig) else source_from_dict(v, i) for i, v in enumerate(value)]
+                raise RecipeError(f"{where}: `{key}` must be a list of source mappings")
+            kwargs[key] = [v if isinstance(v, SourceConfig) else source_from_dict(v, i, key)
+                           for i, v in enumerate(value)]
         else:
             kwargs[key] = _check_type(key, value, fields[key], where)
     recipe = RecipeConfig(**kwargs)
@@ -452,7 +459,7 @@ def default_text(f: dataclasses.Field) -> str:
 
 
 def keys_markdown() -> str:
-    """The README's key tables, generated from the field metadata (scripts/update_readme_keys.py writes them):
+    """The key tables of docs/recipes.md, generated from the field metadata (scripts/update_readme_keys.py writes them):
     per key its default, the stages that read it (the one whose work it is pinned with in bold) and its help."""
 
     def default_cell(f):

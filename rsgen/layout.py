@@ -92,9 +92,14 @@ class OutputLayout:
         """Round k's pipeline output directory (a complete `rsgen run` output, answered by model k)."""
         return self.root / "rounds" / str(k)
 
-    def round_training(self, k: int) -> Path:
-        """TRL's output_dir of round k's fine-tuning (its checkpoints, resumed from after a kill)."""
-        return self.round_dir(k) / "training"
+    def round_training(self, k: int, kind: str = "sft") -> Path:
+        """TRL's output_dir of round k's fine-tuning (its checkpoints, resumed from after a kill): training/ for
+        SFT, training_dpo/ for the DPO step."""
+        return self.round_dir(k) / ("training" if kind == "sft" else f"training_{kind}")
+
+    def round_sft_model(self, k: int) -> Path:
+        """Round k's SFT model when a DPO step follows it (model k+1 is the DPO result)."""
+        return self.round_dir(k) / "sft_model"
 
     def model_dir(self, k: int) -> Path:
         """Model k (k >= 1), trained by round k - 1; model 0 is the recipe's model_name_or_path."""

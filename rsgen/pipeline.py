@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import importlib.metadata
 import json
 import logging
 import os
+import tempfile
 from typing import TYPE_CHECKING, Any
 
 from rsgen import emit, explore, generate, judge, prepare, verification
 from rsgen.config import RecipeConfig, RecipeError
 from rsgen.layout import OutputLayout
-from rsgen.lock import locked_output_dir
+from rsgen.lock import locked_output_dir, output_dir_errors, unwritable
 from rsgen.stage import Stage
 
 if TYPE_CHECKING:
@@ -124,7 +126,8 @@ def check_and_write_run_json(recipe: RecipeConfig, state: PartialState) -> None:
             )
     state.wait_for_everyone()
     if state.is_main_process:
-        layout.root.mkdir(parents=True, exist_ok=True)
+        with output_dir_errors(recipe.output_dir):
+            layout.root.mkdir(parents=True, exist_ok=True)
         run = {
             "pinned": pinned,
             "recipe": values,
@@ -138,7 +141,8 @@ def check_and_write_run_json(recipe: RecipeConfig, state: PartialState) -> None:
             # Keys changed while their stage had no work yet: allowed, and kept here.
             "recipe_changes": previous.get("recipe_changes", []) + changes,
         }
-        _write_json(layout.run_json, run)
+        with output_dir_errors(recipe.output_dir):  # the run's first file
+            _write_json(layout.run_json, run)
     state.wait_for_everyone()
 
 
@@ -186,16 +190,23 @@ def _mark_stage(recipe: RecipeConfig, stage: Stage, started: str) -> None:
 
 
 def check_output_dir(output_dir: str) -> None:
-    """The output directory can be written (checked on the nearest existing folder; nothing is created)."""
+    """The output directory can be written: tried, by making and removing a folder in the nearest existing one
+    (`os.access` says yes to root where nothing can be made, e.g. under /proc). Leaves nothing behind."""
     path = os.path.abspath(output_dir)
     if os.path.exists(path) and not os.path.isdir(path):
         raise RecipeError(f"output_dir {output_dir!r} is a file, not a directory; set output_dir to a directory")
     existing = path
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
-    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
-        raise RecipeError(f"output_dir {output_dir!r} cannot be written ({existing!r} is not writable): set "
-                          "output_dir to a folder you can write, or fix its permissions")
+    if not os.path.isdir(existing):
+        raise RecipeError(f"output_dir {output_dir!r} cannot be written ({existing!r} is a file); set output_dir to "
+                          "a folder you can write")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".rsgen-write-check-", dir=existing))
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise unwritable(output_dir, err, creating=f"a folder in {existing!r}") from None
 
 
 def check_before_work(recipe: RecipeConfig, stages: tuple[Stage, ...]) -> None:

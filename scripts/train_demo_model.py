@@ -590,7 +590,7 @@ def evaluate(model_dir: Path, seed: int, num_images: int, max_new_tokens: int = 
     from collections import Counter
 
     from rsgen.config import load_recipe
-    from rsgen.demo.run import RECIPE
+    from rsgen.demo_command import RECIPE
     from rsgen.engine import ChatRequest
     from rsgen.engine.models import load_model_and_processor
     from rsgen.engine.transformers_engine import TransformersEngine

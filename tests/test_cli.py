@@ -27,8 +27,9 @@ def run(cmd, cwd):
     [
         (["rsgen", "--help"], "tmp"),
         ([sys.executable, "-m", "rsgen", "--help"], "tmp"),
-        (["accelerate", "launch", "rsgen", "--help"], "root"),  # runs rsgen/__main__.py as a script
-        (["accelerate", "launch", "-m", "rsgen", "--help"], "tmp"),
+        pytest.param(["accelerate", "launch", "rsgen", "--help"], "root",  # runs rsgen/__main__.py as a script
+                     marks=pytest.mark.slow),
+        pytest.param(["accelerate", "launch", "-m", "rsgen", "--help"], "tmp", marks=pytest.mark.slow),
     ],
 )
 def test_help_everywhere(cmd, where, tmp_path):
@@ -171,6 +172,7 @@ def test_debug_shows_the_traceback(tmp_path, text_lm):
 
 
 @pytest.mark.slow
+@pytest.mark.floors  # .ci/run runs it on the declared floors too
 def test_under_accelerate_the_error_is_printed_once(tmp_path):
     missing = str(tmp_path / "no-such-model")
     cmd = ["accelerate", "launch", "--config_file", str(ROOT / "accelerate_configs" / "cpu_2proc.yaml"),

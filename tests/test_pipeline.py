@@ -130,6 +130,7 @@ def test_reference_run_is_complete(reference):
     assert run["finished_at"] and run["packages"]["transformers"]
 
 
+@pytest.mark.floors  # .ci/run runs it on the declared floors too
 def test_two_processes_give_the_same_dataset(reference):
     tmp, model, rows = reference
     recipe = write_recipe(tmp, model, "two_procs")

@@ -25,7 +25,7 @@ import yaml
 
 from rsgen.config import RecipeConfig
 from rsgen.decisions import decided_records
-from rsgen.emit.card import default_config, write_card
+from rsgen.emit.card import check_template, default_config, write_card
 from rsgen.emit.splits import (
     EmitError,
     FamilyRouting,
@@ -232,6 +232,7 @@ def run_emit(recipe: RecipeConfig, state=None, *, work: WorkRecords | None = Non
         from rsgen.emit.push import check_hub_access
 
         check_hub_access(recipe)
+    check_template(recipe.card_template)
     layout = OutputLayout(recipe.output_dir)
     prepared = open_prepared(recipe.output_dir)
     work = work if work is not None else load_work(recipe)

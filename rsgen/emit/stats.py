@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from datasets import Features
@@ -98,7 +99,7 @@ def _flatten_counts(node: Any, prefix: str = "") -> dict[str, int]:
     return out
 
 
-NOT_COUNTS = ("families", "sources", "steps", "shards")  # report entries that are not pool-wide counts
+NOT_COUNTS = ("families", "sources", "steps", "shards", "decontamination")  # report entries that are not pool-wide counts
 
 
 def cleaning_counts(report: dict[str, Any] | None, family: str) -> dict[str, dict[str, int]]:
@@ -334,6 +335,7 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
         },
         "work_records_outside_pool": work_records_outside_pool,
         "cleaning_policy": cleaning_policy(report),
+        "decontamination": (report or {}).get("decontamination"),  # the evaluation sets checked, what each removed
         "wall_time": stage_wall_times(run),
         "sources": [
             {"dataset": s.dataset_name or ", ".join(s.data_files or []) or s.data_dir, "config": s.dataset_config,
@@ -350,6 +352,8 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
             "hub_dataset_id": recipe.hub_dataset_id,
             "num_card_examples": recipe.num_card_examples,
             "sft_keep_reasoning": recipe.sft_keep_reasoning,
+            # Absolute, so `rsgen card OUTPUT_DIR` finds it from any working directory.
+            "template": str(Path(recipe.card_template).resolve()) if recipe.card_template else None,
         },
         "families": {name: families[name] for name in sorted(families)},
     }

@@ -34,7 +34,7 @@ from rsgen.emit import run_emit
 from rsgen.iterate.held_out import choose_held_out, read_held_out, write_held_out
 from rsgen.iterate.measure import measure_round
 from rsgen.iterate.merge import merge_rounds
-from rsgen.iterate.train import sft_config, train_round, training_rows
+from rsgen.iterate.train import DPO, SFT, TrainingKind, train_config, train_round, training_rows
 from rsgen.layout import OutputLayout
 from rsgen.lock import locked_output_dir
 from rsgen.pipeline import STAGES, check_and_write_run_json, check_before_work, run_pipeline, run_stage
@@ -44,7 +44,9 @@ from rsgen.store import distributed_state
 logger = logging.getLogger(__name__)
 
 ITERATE_VERSION = 1
-TRAIN_PINS = ("iterate_train", "iterate_from")
+# The `pin` keys of the iterate group (rsgen.config): the slice's fraction is pinned once the slice is chosen, these
+# once a round's training has started.
+TRAIN_PINS = ("iterate_train", "iterate_from", "iterate_dpo")
 
 
 def _now() -> str:
@@ -80,7 +82,16 @@ def check_iterate_recipe(recipe: RecipeConfig) -> None:
     if recipe.views is not None and "sft" not in recipe.views:
         raise RecipeError(f"rsgen iterate trains on the `_sft` view: add sft to views (got {recipe.views!r}), or set "
                           "views: null")
-    sft_config(recipe, OutputLayout(recipe.output_dir).round_training(0))  # a bad iterate_train fails here
+    layout = OutputLayout(recipe.output_dir)
+    train_config(recipe, SFT, layout.round_training(0))  # a bad iterate_train fails here
+    if recipe.iterate_dpo is not None:
+        if not recipe.explore_samples:
+            raise RecipeError("iterate_dpo trains on the _dpo_onpolicy view, which needs an explore pass: set "
+                              "explore_samples (e.g. 4), or iterate_dpo: null")
+        if recipe.views is not None and "dpo_onpolicy" not in recipe.views:
+            raise RecipeError(f"iterate_dpo trains on the _dpo_onpolicy view: add dpo_onpolicy to views (got "
+                              f"{recipe.views!r}), or set views: null")
+        train_config(recipe, DPO, layout.round_training(0, DPO.name))
 
 
 def _training_started(record: dict[str, Any]) -> bool:
@@ -98,7 +109,8 @@ def check_iterate_pins(recipe: RecipeConfig, previous: dict[str, Any]) -> None:
         if not _training_started(record):
             continue
         for key in TRAIN_PINS:
-            before, after = record["training"]["pins"][key], getattr(recipe, key)
+            # .get: a key added to the loop later is None (its default) in older records
+            before, after = record["training"]["pins"].get(key), getattr(recipe, key)
             if json.dumps(before, sort_keys=True) != json.dumps(after, sort_keys=True):
                 refused.append(f"{key}: {before!r} -> {after!r} (round {record['round']}'s training was started with "
                                "the old value)")
@@ -227,34 +239,64 @@ def _run_rounds(recipe: RecipeConfig, record: IterateRecord, held_out: set[str],
             break
         if k == recipe.iterate_rounds:
             break
-        if not this.get("training", {}).get("finished_at"):
-            if not _train(recipe, record, k, held_out, state):
-                break
+        if not _train(recipe, record, k, held_out, state):
+            break
     record.data["rounds"] = record.data["rounds"][: k + 1]  # rounds beyond a lowered iterate_rounds are not reported
     record.save()
 
 
 def _train(recipe: RecipeConfig, record: IterateRecord, k: int, held_out: set[str], state) -> bool:
-    """Round k's fine-tuning into model k+1; False when there is nothing to train on (the loop ends)."""
+    """Round k's fine-tuning into model k+1: SFT, then DPO with `iterate_dpo`; each step's record (`training`,
+    `dpo`) marks it finished, and a finished step is not redone. False when there is nothing to train on (the loop
+    ends)."""
     layout = OutputLayout(recipe.output_dir)
     this = record.round(k)
+    dpo = recipe.iterate_dpo is not None
+    # With DPO after it, the SFT model is an intermediate beside the round: model k+1 is only ever a finished one.
+    sft_out = layout.round_sft_model(k) if dpo else layout.model_dir(k + 1)
+    if not this.get("training", {}).get("finished_at"):
+        start = recipe.model_name_or_path if recipe.iterate_from == "base" else model_of_round(recipe, k)
+        if not _train_step(recipe, record, k, SFT, start, sft_out, held_out, state):
+            record.data["stopped"] = (f"round {k} accepted no QA pair of the training slice: nothing to fine-tune "
+                                      "on (a stronger model_name_or_path, or a larger pool)")
+            logger.warning("iterate: stopping: %s", record.data["stopped"])
+            return False
+    if dpo and not this.get("dpo", {}).get("finished_at"):
+        if not _train_step(recipe, record, k, DPO, str(sft_out), layout.model_dir(k + 1), held_out, state):
+            # No on-policy pair in the training slice: the SFT model is model k+1.
+            if state.is_main_process:
+                shutil.rmtree(layout.model_dir(k + 1), ignore_errors=True)
+                sft_out.replace(layout.model_dir(k + 1))
+            state.wait_for_everyone()
+            this["dpo"] = {"rows": 0, "finished_at": _now(),
+                           "skipped": f"round {k} has no _dpo_onpolicy pair in the training slice: model {k + 1} is "
+                                      "the SFT model"}
+            logger.warning("iterate: %s", this["dpo"]["skipped"])
+            record.save()
+        elif state.is_main_process:
+            shutil.rmtree(sft_out, ignore_errors=True)  # spent: model k+1 is written
+    return True
+
+
+def _train_step(recipe: RecipeConfig, record: IterateRecord, k: int, kind: TrainingKind, start: str, model_out: Path,
+                held_out: set[str], state) -> bool:
+    """One training step of round k (kind SFT or DPO) from `start` into `model_out`; False when the round has no
+    rows of its view in the training slice."""
+    layout = OutputLayout(recipe.output_dir)
     with state.main_process_first():
-        rows = training_rows(layout.round_dir(k) / "dataset", held_out)
+        rows = training_rows(layout.round_dir(k) / "dataset", held_out, kind)
     if rows is None or len(rows) == 0:
-        record.data["stopped"] = (f"round {k} accepted no QA pair of the training slice: nothing to fine-tune on "
-                                  "(a stronger model_name_or_path, or a larger pool)")
-        logger.warning("iterate: stopping: %s", record.data["stopped"])
         return False
-    start = recipe.model_name_or_path if recipe.iterate_from == "base" else model_of_round(recipe, k)
-    training = this.setdefault("training", {})
+    this = record.round(k)
+    training = this.setdefault("training" if kind is SFT else kind.name, {})
     training.setdefault("started_at", _now())
     training["pins"] = {key: getattr(recipe, key) for key in TRAIN_PINS}
     training["from_model"] = start
-    training["model_out"] = str(layout.model_dir(k + 1))
+    training["model_out"] = str(model_out)
     record.save()
-    logger.info("iterate: round %d: fine-tuning %s on %d accepted pairs of the training slice", k, start, len(rows))
+    logger.info("iterate: round %d: %s of %s on %d pairs of the training slice", k, kind.trainer, start, len(rows))
     started = time.perf_counter()
-    result = train_round(recipe, start, rows, layout.round_training(k), layout.model_dir(k + 1), state)
+    result = train_round(recipe, kind, start, rows, layout.round_training(k, kind.name), model_out, state)
     training.update(result)
     training["seconds"] = round(time.perf_counter() - started, 1) + training.get("seconds", 0.0)
     training["finished_at"] = _now()
@@ -275,6 +317,9 @@ def _final_dataset(recipe: RecipeConfig, record: IterateRecord, state) -> None:
 
 
 def summary(data: dict[str, Any]) -> dict[str, Any]:
-    """What stats.json and the card carry of iterate.json (everything but the per-step losses' bulk)."""
-    return {**data, "rounds": [{**r, "training": {k: v for k, v in r.get("training", {}).items() if k != "pins"}}
-                               for r in data["rounds"]]}
+    """What stats.json and the card carry of iterate.json: everything but the recipe pins of each training step."""
+    def unpinned(step: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in step.items() if k != "pins"}
+
+    return {**data, "rounds": [{**r, "training": unpinned(r.get("training", {})),
+                                **({"dpo": unpinned(r["dpo"])} if "dpo" in r else {})} for r in data["rounds"]]}

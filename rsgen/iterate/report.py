@@ -24,6 +24,8 @@ def rounds_table(data: dict[str, Any]) -> str:
     for r in data["rounds"]:
         held, train, training = r.get("held_out", {}), r.get("train", {}), r.get("training", {})
         rows = f"{training['rows']} pairs" if "rows" in training else "-"
+        if (r.get("dpo") or {}).get("rows"):
+            rows += f" + {r['dpo']['rows']} DPO"
         lines.append(f"{r['round']:<6} {_pct(held.get('verifier_rate')):>18} {_pct(held.get('accept_rate')):>17} "
                      f"{_pct(train.get('accept_rate')):>12} {r.get('contributed_accepted', '-'):>14} {rows:>14} "
                      f"{loss_span(training):>19}  {r['model']}")

@@ -32,8 +32,8 @@ def distributed_state():
     import torch
     from accelerate import PartialState
 
-    # Without cpu=True, CPU processes under torchrun all believe they are rank 0 (measured; see the README's
-    # multi-process section). A long timeout: ranks reach the barrier after generate/judge at different times,
+    # Without cpu=True, CPU processes under torchrun all believe they are rank 0 (measured; see docs/scale.md).
+    # A long timeout: ranks reach the barrier after generate/judge at different times,
     # and NCCL's default of 10 minutes would crash a days-long run at the end of a stage.
     return PartialState(cpu=not torch.cuda.is_available(), timeout=datetime.timedelta(hours=24))
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import datasets
 import pytest
+from card_figures import assert_card_figures_match_stats
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.floors]  # floors: load_dataset on the output
 
 
 def hf_home_of(output_dir: Path) -> Path:
@@ -37,7 +38,9 @@ def test_prints_the_table_and_where_the_dataset_and_card_are(demo_run):
     assert "accept rate" in stdout and "agreed" in stdout and "known-wrong rejected" in stdout  # both calibration sides
     assert f"dataset: {output_dir / 'dataset'}" in stdout
     assert f"card:    {output_dir / 'dataset' / 'README.md'}" in stdout
-    assert "This is a demo dataset" in (output_dir / "dataset" / "README.md").read_text()
+    card = (output_dir / "dataset" / "README.md").read_text()
+    assert "This is a demo dataset" in card
+    assert assert_card_figures_match_stats(card, json.loads((output_dir / "stats.json").read_text())) > 50
 
 
 def test_answers_split_into_accepted_and_rejected_and_the_judge_agrees(demo_run):

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from card_figures import assert_card_figures_match_stats
 
 from rsgen.demo.truth import check_demo_run, states_truth
 
@@ -55,6 +56,7 @@ def test_default_demo_accepts_at_most_one_percent_wrong_pairs(tmp_path):
     assert 0.30 <= stats["totals"]["accept_rate"] <= 0.90, stats["totals"]
     # Both calibration sides, overall and per family, in stats.json and on the card.
     card = (tmp_path / "dataset" / "README.md").read_text()
+    assert assert_card_figures_match_stats(card, stats) > 50  # every table of the demo's card equals stats.json
     for entry in [stats, *stats["families"].values()]:
         calib = entry["calibration"]
         assert calib["total"] > 0 and calib["known_wrong_total"] > 0, calib

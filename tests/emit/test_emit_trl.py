@@ -14,12 +14,15 @@ import torch
 from rsgen.engine.models import load_model_and_processor
 from rsgen.layout import OutputLayout
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OUTPUTS_DOC = Path(__file__).resolve().parents[2] / "docs" / "outputs.md"
+
+# TRL's trainers: .ci/run runs these on the floors too
+pytestmark = pytest.mark.floors
 
 
 def readme_training_snippet() -> str:
-    """The README's TRL snippet (the first code block of its training section), as a user copies it."""
-    section = README.read_text().split("## Training on the outputs with TRL", 1)[1]
+    """docs/outputs.md's TRL snippet (the first code block of its training section), as a user copies it."""
+    section = OUTPUTS_DOC.read_text().split("## Training on the outputs with TRL", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
 
 
@@ -30,7 +33,7 @@ def _parameters(model):
 @pytest.mark.slow
 def test_the_readme_snippet_trains_sft_and_dpo_on_the_emitted_views(emitted_run, zoo_model_path, tmp_path,
                                                                      monkeypatch):
-    """The README's code, only its model id and dataset path replaced: a tiny Qwen2-VL from the zoo (whose
+    """docs/outputs.md's code, only its model id and dataset path replaced: a tiny Qwen2-VL from the zoo (whose
     processor needs torchvision through AutoProcessor) and an emitted dataset."""
     from transformers.utils import is_torchvision_available
 
@@ -49,7 +52,7 @@ def test_the_readme_snippet_trains_sft_and_dpo_on_the_emitted_views(emitted_run,
     untrained, _ = load_model_and_processor(model_path, device="cpu")
     before = _parameters(untrained)
     namespace: dict = {}
-    exec(compile(code, "README.md (TRL snippet)", "exec"), namespace)
+    exec(compile(code, "docs/outputs.md (TRL snippet)", "exec"), namespace)
 
     for name in ("sft", "dpo"):
         trainer = namespace[name]

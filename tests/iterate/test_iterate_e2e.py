@@ -20,6 +20,7 @@ from datasets import Image, List
 
 from rsgen.engine import demo_model_path
 from rsgen.iterate.held_out import read_held_out
+from rsgen.iterate.report import rounds_table
 from rsgen.iterate.train import _image_sha256, training_rows
 from rsgen.layout import OutputLayout
 from rsgen.schema import iter_questions, open_prepared
@@ -96,6 +97,7 @@ def killed_and_resumed(tmp_path_factory):
     after = json.loads(layout.iterate_json.read_text())
     model_mtimes = {k: (layout.model_dir(k) / "model.safetensors").stat().st_mtime_ns for k in range(1, ROUNDS + 1)}
     again_log = finish(rsgen_iterate(recipe))
+    print("\n" + rounds_table(after))  # the held-out curve of this real run (`pytest -s` shows it)
     return {"tmp": tmp, "recipe": recipe, "layout": layout, "at_kill": at_kill, "killed_at": killed_at,
             "round0_run": round0_run, "resumed_log": resumed_log, "after": after, "model_mtimes": model_mtimes,
             "again_log": again_log, "again": json.loads(layout.iterate_json.read_text())}
@@ -112,7 +114,7 @@ def test_the_rerun_resumes_from_the_trl_checkpoint_and_redoes_no_finished_part(k
     after, layout = r["after"], r["layout"]
     round0 = after["rounds"][0]
     assert round0["training"]["resumed_from"] == r["killed_at"]
-    assert f"resuming the training from {layout.round_training(0) / r['killed_at']}" in r["resumed_log"]
+    assert f"resuming the sft training from {layout.round_training(0) / r['killed_at']}" in r["resumed_log"]
     assert round0["pipeline_finished_at"] == r["at_kill"]["rounds"][0]["pipeline_finished_at"]
     run = json.loads(OutputLayout(layout.round_dir(0)).run_json.read_text())
     assert run["stages"]["generate"] == r["round0_run"]["stages"]["generate"]  # round 0's pipeline not rerun

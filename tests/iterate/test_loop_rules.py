@@ -6,7 +6,7 @@ import pytest
 
 from rsgen.config import RecipeError, recipe_from_dict
 from rsgen.iterate.loop import check_iterate_pins, check_iterate_recipe, round_recipe, stop_reason
-from rsgen.iterate.train import sft_arguments, sft_config
+from rsgen.iterate.train import DPO, SFT, train_arguments, train_config
 
 
 def recipe(tmp_path, **overrides):
@@ -47,16 +47,16 @@ def test_iterate_train_is_checked_against_sftconfig_before_any_work(tmp_path):
                                           r"'learning_rate'"):
         check_iterate_recipe(recipe(tmp_path, iterate_train={"learning_rat": 1e-4}))
     with pytest.raises(RecipeError, match="output_dir is set by rsgen"):
-        sft_config(recipe(tmp_path, iterate_train={"output_dir": "x"}), tmp_path)
+        train_config(recipe(tmp_path, iterate_train={"output_dir": "x"}), SFT, tmp_path)
     with pytest.raises(RecipeError, match="trl.SFTConfig refused it"):
-        sft_config(recipe(tmp_path, iterate_train={"lr_scheduler_type": "sideways"}), tmp_path)
+        train_config(recipe(tmp_path, iterate_train={"lr_scheduler_type": "sideways"}), SFT, tmp_path)
 
 
 def test_rsgen_defaults_yield_to_iterate_train(tmp_path):
-    args = sft_arguments(recipe(tmp_path, seed=7, iterate_train={"save_total_limit": 5}), tmp_path / "t")
+    args = train_arguments(recipe(tmp_path, seed=7, iterate_train={"save_total_limit": 5}), SFT, tmp_path / "t")
     assert args["save_total_limit"] == 5 and args["seed"] == 7 and args["max_length"] is None
     assert args["output_dir"] == str(tmp_path / "t")
-    config = sft_config(recipe(tmp_path, iterate_train={"learning_rate": 3e-4}), tmp_path / "t")
+    config = train_config(recipe(tmp_path, iterate_train={"learning_rate": 3e-4}), SFT, tmp_path / "t")
     assert config.learning_rate == 3e-4
 
 
@@ -81,3 +81,41 @@ def test_a_changed_eval_fraction_or_training_setup_is_refused_once_used(tmp_path
     with pytest.raises(RecipeError, match="iterate_from: 'previous' -> 'base'"):
         check_iterate_pins(recipe(tmp_path, iterate_train={"learning_rate": 2e-4}, iterate_from="base"), trained)
     check_iterate_pins(recipe(tmp_path, iterate_train={"learning_rate": 2e-4}), trained)
+    # A record written before iterate_dpo existed holds no value for it: its default, null.
+    with pytest.raises(RecipeError, match=r"iterate_dpo: None -> \{'beta': 0.1\}"):
+        check_iterate_pins(recipe(tmp_path, iterate_train={"learning_rate": 2e-4}, iterate_dpo={"beta": 0.1},
+                                  explore_samples=2), trained)
+
+
+def test_the_iterate_pins_are_the_keys_the_loop_refuses_to_change():
+    from rsgen.config import pinned_keys
+    from rsgen.iterate.loop import TRAIN_PINS
+
+    assert set(pinned_keys("iterate")) == {*TRAIN_PINS, "iterate_eval_fraction"}
+
+
+def test_training_resumes_from_the_newest_complete_checkpoint(tmp_path):
+    from rsgen.iterate.train import last_checkpoint
+
+    assert last_checkpoint(tmp_path / "none") is None
+    for step, state in ((2, '{"global_step": 2}'), (3, '{"global_st'), (4, None), (10, '{"global_step": 10}')):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"x")
+        if state is not None:
+            (folder / "trainer_state.json").write_text(state)
+    assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")  # by step number, not by name
+    (tmp_path / "checkpoint-10" / "trainer_state.json").unlink()  # killed inside the save of step 10
+    assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")  # 4 has no state, 3's is cut short
+
+
+def test_iterate_dpo_needs_the_explore_pass_and_is_checked_against_dpoconfig(tmp_path):
+    with pytest.raises(RecipeError, match="needs an explore pass: set explore_samples"):
+        check_iterate_recipe(recipe(tmp_path, iterate_dpo={"beta": 0.1}))
+    with pytest.raises(RecipeError, match="add dpo_onpolicy to views"):
+        check_iterate_recipe(recipe(tmp_path, iterate_dpo={}, explore_samples=2, views=["sft"]))
+    with pytest.raises(RecipeError, match=r"'bta' is not an argument of trl.DPOConfig. Did you mean 'beta'"):
+        check_iterate_recipe(recipe(tmp_path, iterate_dpo={"bta": 0.1}, explore_samples=2))
+    check_iterate_recipe(recipe(tmp_path, iterate_dpo={"beta": 0.2}, explore_samples=2, views=["sft", "dpo_onpolicy"]))
+    config = train_config(recipe(tmp_path, iterate_dpo={"beta": 0.2}, explore_samples=2), DPO, tmp_path / "d")
+    assert config.beta == 0.2 and config.max_length is None and config.output_dir == str(tmp_path / "d")

@@ -159,7 +159,7 @@ def test_an_answer_key_judge_passes_the_gate_and_its_promotions_are_listed(tmp_p
     assert count["calibration"]["known_right_promoted"] == count["calibration"]["known_right_total"] > 0
     for side in ("accepted", "known_wrong", "known_right"):
         assert count["calibration"]["examples"][side], side  # examples of each side, shown on the card
-    assert "**Count** — known-right (should be `CORRECT`):" in card
+    assert "**Count** — known-right pairs (should be `CORRECT`):" in card
     assert count["calibration"]["agreed"] == count["calibration"]["total"] > 0
     assert count["judge"]["promoted"] == 1 and count["judge"]["withheld"] == 0
     assert count["judge"]["promotions"] == [

@@ -1,4 +1,7 @@
-"""`rsgen demo`: the whole pipeline on a freshly drawn demo pool with the shipped demo model, offline on a CPU."""
+"""`rsgen demo`: the whole pipeline on a freshly drawn demo pool with the shipped demo model, offline on a CPU.
+
+An entry point beside cli.py (it runs the pipeline); the `demo` package below the stages keeps what prepare and the
+checks read: the pool, the truth check, the model and its recipe."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from pathlib import Path
 from rsgen.config import load_recipe
 from rsgen.layout import OutputLayout
 
-RECIPE = Path(__file__).with_name("recipe.yaml")  # recipes/demo.yaml links here
+RECIPE = Path(__file__).with_name("demo") / "recipe.yaml"  # recipes/demo.yaml links here
 
 
 def run_demo(output_dir: str = "runs/demo", num_images: int | None = None, seed: int | None = None) -> Path:
