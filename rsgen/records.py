@@ -195,6 +195,23 @@ class JudgeRecord(_Record):
         return self.key.removeprefix(CALIBRATION_PREFIX)
 
 
+@dataclass(frozen=True)
+class BlindRecord(_Record):
+    """An accepted QA pair asked again without its image (OUTPUT_DIR/work/blind/), checked by its verifier."""
+
+    key: str  # the QA id
+    id: str
+    family: str
+    question: str  # the user text sent, without the image
+    response: str
+    extracted: str | None
+    solvable: bool  # the blind answer passes the verifier: blind-solvable
+    verifier: str
+    options: int  # number of multiple-choice options (0: free form); chance rate 1 / options
+    generated_tokens: int
+    model: str
+
+
 GENERATE_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(GenerateRecord))
 VERIFY_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(VerifyRecord))
 EXPLORE_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(ExploreRecord))

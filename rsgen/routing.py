@@ -26,6 +26,7 @@ from rsgen.verify.decisive import decisive_mismatch
 JUDGE_SCOPES = ("undecided", "all")
 WITHHELD = "judge_withheld"
 JUDGE_UNSURE = "judge_unsure"
+BLIND_SOLVABLE = "blind_solvable"
 # The reasons routing gives a rejected pair besides the verifier's own (rsgen.verify.REASONS, kept as they are with
 # judge: false); docs/reasons.md is made from this table.
 ROUTING_REASONS: dict[str, str] = {
@@ -34,6 +35,8 @@ ROUTING_REASONS: dict[str, str] = {
     JUDGE_UNSURE: "the verifier rejected the answer and the judge said UNSURE (never counts as correct)",
     WITHHELD: "the judge said CORRECT, but in a family whose judge failed the known-wrong calibration "
               "(judge_min_specificity): the promotion is withheld",
+    BLIND_SOLVABLE: "accepted, but the model also answered it right without the image (blind_check: drop): in no "
+                    "split and no view, counted apart (accepted + rejected + blind-dropped = prepared)",
 }
 
 

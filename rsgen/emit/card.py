@@ -485,6 +485,22 @@ def cleaning_figures(stats: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def blind_figures(stats: dict[str, Any]) -> dict[str, Any] | None:
+    """Per family: accepted pairs asked blind, the blind-solvable share, the chance rate of the multiple-choice
+    ones beside it, how many were dropped; and a few examples (None without a blind check)."""
+    blind = {family: fam["blind"] for family, fam in stats["families"].items() if fam.get("blind")}
+    if not blind:
+        return None
+    rows = ["| family | accepted pairs asked blind | blind-solvable | share | multiple choice asked | MC chance rate "
+            "| dropped |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for family, b in blind.items():
+        chance = _rate(b["mc_chance_rate"]) if b["mc_chance_rate"] is not None else "--"
+        rows.append(f"| {family} | {_n(b['checked'])} | {_n(b['solvable'])} | **{_rate(b['share'])}** | "
+                    f"{_n(b['mc_checked'])} | {chance} | {_n(b['dropped'])} |")
+    return {"table": "\n".join(rows),
+            "examples": [(family, b["examples"][:3]) for family, b in blind.items() if b["examples"]]}
+
+
 def license_section(stats: dict[str, Any]) -> str:
     """The license text of `license: other` (the card shows it, and LICENSE.md holds it for `license_link`)."""
     card = stats["card"]
@@ -562,6 +578,7 @@ def card_context(stats: dict[str, Any], dataset_dir: Path) -> dict[str, Any]:
         "training": training_figures(stats),
         "examples": examples(stats, dataset_dir),
         "cleaning": cleaning_figures(stats),
+        "blind": blind_figures(stats),
         "license_other": license_section(stats),
     }
 

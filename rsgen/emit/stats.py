@@ -242,6 +242,7 @@ def family_stats(family: str, tally: FamilyRouting, plans: dict[str, SplitPlan],
         "prepared_qa": tally.prepared_qa,
         "accepted_qa": tally.accepted_qa,
         "rejected_qa": tally.rejected_qa,
+        "blind_dropped_qa": tally.blind_dropped_qa,
         "accept_rate": round(tally.accepted_qa / tally.prepared_qa, 6) if tally.prepared_qa else 0.0,
         "verifier_accepted_qa": tally.verifier_accepted_qa,
         "rejected_reasons": dict(sorted(tally.rejected_reasons.items())),
@@ -287,6 +288,23 @@ def family_stats(family: str, tally: FamilyRouting, plans: dict[str, SplitPlan],
         },
         "response_lengths": response_length_histogram(tally.response_tokens, max_new_tokens),
         "explore": explore_stats(tally, plans),
+        "blind": blind_stats(tally),
+    }
+
+
+def blind_stats(tally: FamilyRouting) -> dict[str, Any] | None:
+    """Accepted pairs the model also answers right without the image (None: no blind check), with the chance rate
+    of its multiple-choice pairs (mean 1 / options) beside the share."""
+    if not tally.blind_checked:
+        return None
+    return {
+        "checked": tally.blind_checked,
+        "solvable": tally.blind_solvable,
+        "share": round(tally.blind_solvable / tally.blind_checked, 6),
+        "mc_checked": tally.blind_mc_checked,
+        "mc_chance_rate": round(tally.blind_chance / tally.blind_mc_checked, 6) if tally.blind_mc_checked else None,
+        "dropped": tally.blind_dropped_qa,
+        "examples": list(tally.blind_examples),
     }
 
 
@@ -294,6 +312,7 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
                 report: dict[str, Any] | None, work_records_outside_pool: int) -> dict[str, Any]:
     accepted = sum(f["accepted_qa"] for f in families.values())
     rejected = sum(f["rejected_qa"] for f in families.values())
+    blind_dropped = sum(f.get("blind_dropped_qa", 0) for f in families.values())
     calib = [f["calibration"] for f in families.values() if f["calibration"]]
     judges = [f["judge"] for f in families.values()]
     revision = (run or {}).get("model_revision") or recipe.model_revision
@@ -326,7 +345,8 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
         "judge_min_recall": recipe.judge_min_recall,
         "calibration": {key: sum(c.get(key, 0) for c in calib) for key in CALIBRATION_COUNTS} if calib else None,
         "totals": {
-            "prepared_qa": accepted + rejected,
+            "prepared_qa": accepted + rejected + blind_dropped,
+            "blind_dropped_qa": blind_dropped,
             "accepted_qa": accepted,
             "rejected_qa": rejected,
             "accept_rate": round(accepted / (accepted + rejected), 6) if accepted + rejected else 0.0,
@@ -334,6 +354,7 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
             "judge_generated_tokens": sum(f["tokens"]["judge_generated"] for f in families.values()),
         },
         "work_records_outside_pool": work_records_outside_pool,
+        "blind_check": recipe.blind_check,
         "cleaning_policy": cleaning_policy(report),
         "decontamination": (report or {}).get("decontamination"),  # the evaluation sets checked, what each removed
         "wall_time": stage_wall_times(run),
