@@ -150,6 +150,7 @@ class RecipeConfig:
     judge_calibration_seed: int = field(default=0, metadata={"stage": "judge", "pin": True, "help": "seed drawing the calibration items"})
     judge_scope: str = field(default="undecided", metadata={"stage": "judge", "read_by": ("judge", "explore", "emit", "blind"), "help": "undecided: decisive mismatches (numbers outside the tolerance, different option letters) stay wrong_answer without the judge; all: judge them too"})
     judge_min_specificity: float = field(default=0.95, metadata={"stage": "judge", "read_by": ("judge", "emit", "blind"), "help": "leniency gate: in a family whose judge rejects fewer known-wrong pairs, its promotions are withheld (0 = off)"})
+    judge_min_recall: float = field(default=0.5, metadata={"stage": "judge", "read_by": ("judge", "emit"), "help": "report-only: a family whose judge calls fewer known-right pairs CORRECT is reported as one where the judge adds little"})
 
     shard_size_mb: int = field(default=500, metadata={"stage": "emit", "read_by": ("prepare", "emit"), "help": "parquet shard size of prepared/ and dataset/"})
     views: list[str] | None = field(default=None, metadata={"stage": "emit", "help": "TRL views written next to the three splits, e.g. [sft] (null = all: sft, dpo, and with explore_samples > 0 dpo_onpolicy, grpo); each view stores its images again"})
@@ -322,6 +323,12 @@ def validate_recipe(recipe: RecipeConfig) -> None:
                           f"got {recipe.judge_min_specificity!r}")
     if recipe.judge_calibration_size < 0:
         raise RecipeError(f"judge_calibration_size must be >= 0, got {recipe.judge_calibration_size}")
+    if recipe.judge and recipe.judge_calibration_size == 0 and recipe.judge_min_specificity > 0:
+        raise RecipeError("judge_calibration_size: 0 with judge: true leaves the leniency gate nothing to measure, so "
+                          "no promotion could ever count; set judge_calibration_size > 0 (default 60), or "
+                          "judge_min_specificity: 0 to turn the gate off, or judge: false")
+    if not 0 <= recipe.judge_min_recall <= 1:
+        raise RecipeError(f"judge_min_recall must be between 0 and 1, got {recipe.judge_min_recall!r}")
     if recipe.explore_samples < 0:
         raise RecipeError(f"explore_samples must be >= 0 (0 = no explore pass), got {recipe.explore_samples}")
     if recipe.explore_samples and recipe.num_samples > 1:

@@ -23,6 +23,7 @@ from rsgen.emit.explored import ExploreOutcome, explore_outcome, load_explore_re
 from rsgen.records import (
     CALIBRATION,
     CORRECT,
+    KNOWN_RIGHT,
     KNOWN_WRONG,
     WRONG,
     BlindRecord,
@@ -86,6 +87,7 @@ class WorkRecords:
     explore: dict[str, list[ExploreRecord]] | None = None  # QA id -> explore records; None: no explore pass
     blind: dict[str, BlindRecord] | None = None  # QA id -> blind record; None: blind_check off
     blind_drop: bool = False  # blind_check: drop
+    known_right: dict[str, JudgeRecord] = field(default_factory=dict)  # QA id -> known-right judge record
 
     @classmethod
     def load(cls, generate: Iterable[GenerateRecord], judge_dir, *, judge_enabled: bool, num_samples: int,
@@ -99,17 +101,20 @@ class WorkRecords:
         judge: dict[str, JudgeRecord] = {}
         calibration: dict[str, JudgeRecord] = {}
         known_wrong: dict[str, JudgeRecord] = {}
+        known_right: dict[str, JudgeRecord] = {}
         if judge_enabled:
             for rec in read_records(CheckpointStore(judge_dir), JudgeRecord):
                 if rec.kind == CALIBRATION:
                     calibration[rec.response_key] = rec
                 elif rec.kind == KNOWN_WRONG:
                     known_wrong[rec.id] = rec
+                elif rec.kind == KNOWN_RIGHT:
+                    known_right[rec.id] = rec
                 else:
                     judge[rec.key] = rec
         explore = load_explore_records(explore_dir) if explore_dir is not None else None
         return cls(dict(samples), judge, calibration, judge_enabled, num_samples, known_wrong, judge_scope,
-                   numeric_tolerance, min_specificity, explore)
+                   numeric_tolerance, min_specificity, explore, known_right=known_right)
 
     def known_wrong_counts(self, family: str) -> tuple[int, int]:
         """(known-wrong pairs the judge called WRONG, known-wrong pairs judged) in `family`."""
@@ -243,6 +248,12 @@ class FamilyRouting:
     calibration_total: int = 0
     known_wrong_rejected: int = 0
     known_wrong_total: int = 0
+    known_right_promoted: int = 0
+    known_right_total: int = 0
+    # form -> [verdicts as they should be, pairs judged], and up to SPOT_CHECKS examples per side
+    known_wrong_forms: dict[str, list[int]] = field(default_factory=dict)
+    known_right_forms: dict[str, list[int]] = field(default_factory=dict)
+    calibration_examples: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     samples: int = 0
     prompt_tokens: int = 0
     generated_tokens: int = 0
@@ -322,11 +333,30 @@ def tally_row(tally: FamilyRouting, qas: Iterable[dict[str, Any]], outcomes: lis
                 tally.calibration_total += 1
                 tally.calibration_agreed += calib.verdict == CORRECT
                 tally.judge_generated_tokens += int(calib.generated_tokens or 0)
-        known = work.known_wrong.get(qa["id"])
-        if known is not None:
-            tally.known_wrong_total += 1
-            tally.known_wrong_rejected += known.verdict == WRONG
+                shown = tally.calibration_examples.setdefault("accepted", [])
+                if len(shown) < SPOT_CHECKS:
+                    shown.append({"question": qa["question"], "reference": qa["answers"][0],
+                                  "candidate": calib.candidate, "form": "", "verdict": calib.verdict})
+        for side, built, expected in (("known_wrong", work.known_wrong, WRONG),
+                                      ("known_right", work.known_right, CORRECT)):
+            known = built.get(qa["id"])
+            if known is None:
+                continue
+            as_expected = known.verdict == expected
+            if side == "known_wrong":
+                tally.known_wrong_total += 1
+                tally.known_wrong_rejected += as_expected
+            else:
+                tally.known_right_total += 1
+                tally.known_right_promoted += as_expected
+            form = getattr(tally, side + "_forms").setdefault(known.miss or "unrecorded", [0, 0])
+            form[0] += as_expected
+            form[1] += 1
             tally.judge_generated_tokens += int(known.generated_tokens or 0)
+            shown = tally.calibration_examples.setdefault(side, [])
+            if len(shown) < SPOT_CHECKS:
+                shown.append({"question": qa["question"], "reference": qa["answers"][0], "candidate": known.candidate,
+                              "form": known.miss or "", "verdict": known.verdict})
 
 
 # ----------------------------------------------------------------------------------------- split rows

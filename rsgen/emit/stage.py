@@ -38,6 +38,7 @@ from rsgen.emit.splits import (
     with_explore,
 )
 from rsgen.emit.stats import (
+    CALIBRATION_ZERO,
     MB,
     RS_KINDS,
     SPLIT,
@@ -53,7 +54,7 @@ from rsgen.emit.stats import (
 from rsgen.emit.trl_views import VIEWS
 from rsgen.layout import OutputLayout
 from rsgen.records import BlindRecord, records_by_key
-from rsgen.routing import gate_warnings
+from rsgen.routing import gate_lines
 from rsgen.schema import PreparedPool, open_prepared
 from rsgen.shards import ParquetShardWriter, swap_dir_into_place, written_sizes
 from rsgen.store import CheckpointStore
@@ -260,14 +261,14 @@ def run_emit(recipe: RecipeConfig, state=None, *, work: WorkRecords | None = Non
     report = _read_json(layout.prepare_report)
     stats_families = {
         plan.family: family_stats(plan.family, plan.tally, plan.plans, recipe.verifier_for(plan.family), recipe.judge,
-                                  report, recipe.max_new_tokens, recipe.judge_min_specificity)
+                                  report, recipe.max_new_tokens, recipe.judge_min_specificity, recipe.judge_min_recall)
         for plan in families.values()
     }
-    gate = {family: ((fam["calibration"] or {}).get("known_wrong_rejected", 0),
-                     (fam["calibration"] or {}).get("known_wrong_total", 0), fam["judge"]["withheld"])
+    gate = {family: {**(fam["calibration"] or CALIBRATION_ZERO), "judged": fam["judge"]["judged"],
+                     "withheld": fam["judge"]["withheld"]}
             for family, fam in stats_families.items() if fam["judge"]["enabled"]}
-    for warning in gate_warnings(gate, recipe.judge_min_specificity):
-        logger.warning(warning)
+    for level, line in gate_lines(gate, recipe.judge_min_specificity, recipe.judge_min_recall):
+        logger.log(level, line)
     stats = {**build_stats(recipe, stats_families, _read_json(layout.run_json), report, outside), **(extra_stats or {})}
 
     write_card(stats, partial)
