@@ -73,6 +73,7 @@ KEY_GROUPS = {
     "verify": "checking answers against the official ones",
     "explore": "sampling beyond the greedy answer: pass rates, on-policy DPO pairs, a GRPO view",
     "judge": "the text-only second look at rejections",
+    "blind": "asking the accepted pairs again without the image",
     "emit": "the dataset, its card and the upload",
     "iterate": "`rsgen iterate`: rounds of rejection sampling and fine-tuning on what was accepted",
 }
@@ -80,7 +81,7 @@ KEY_GROUPS = {
 
 # Values of the field metadata `read_by` (which stages read a key; default: the stage its `stage` names) and `pin`.
 EVERY_STAGE = "*"
-MODEL_STAGES = ("generate", "explore", "judge")  # the stages that load a model (rsgen.engine.build_engine)
+MODEL_STAGES = ("generate", "explore", "judge", "blind")  # the stages that load a model (rsgen.engine.build_engine)
 # The verifier keys are read by the verify stage, which decides the stored responses again whenever they change (no
 # pin of its own: its work is redone, not refused). They pin the explore work: explore decides its samples as they
 # land and stops sampling a question on those decisions (`explore_stop: paired`), so other settings would need
@@ -115,13 +116,15 @@ class RecipeConfig:
     instruction: str = field(default="Answer in short without any other content.", metadata={"stage": "prepare", "pin": True, "read_by": ("prepare", "emit"), "help": "appended to every question on a new line"})
     max_image_pixels: int = field(default=89_478_485, metadata={"stage": "prepare", "pin": True, "help": "larger images are dropped (PIL's decompression-bomb limit)"})
     max_aspect_ratio: float = field(default=200.0, metadata={"stage": "prepare", "pin": True, "help": "images more elongated than this are dropped"})
+    decontaminate: list[SourceConfig] = field(default_factory=list, metadata={"stage": "prepare", "pin": True, "help": "evaluation sets, in the form of `sources` (family not needed): pool images that copy one of their images and pool questions that share half their word 8-grams with one of their questions are dropped (docs/decontamination.md)"})
+    blind_check: str = field(default="off", metadata={"stage": "blind", "read_by": ("blind", "emit"), "help": "off | flag | drop: ask every accepted pair again without its image; a pair whose blind answer verifies is blind-solvable: flag counts it (stats, card), drop also removes it from the RS splits and views (reason blind_solvable)"})
     prepare_num_proc: int = field(default=2, metadata={"stage": "prepare", "help": "processes cleaning the pool"})
 
-    enable_thinking: bool = field(default=True, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "explore", "emit"), "help": "reasoning on: passed to the chat template as enable_thinking"})
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "explore", "emit"), "help": "more keyword arguments for the chat template"})
-    max_new_tokens: int = field(default=2048, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "explore", "emit"), "help": "most tokens generated per answer"})
-    temperature: float = field(default=0.0, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "emit"), "help": "0 = greedy"})
-    top_p: float = field(default=1.0, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "emit"), "help": "nucleus sampling (with temperature > 0)"})
+    enable_thinking: bool = field(default=True, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "explore", "emit", "blind"), "help": "reasoning on: passed to the chat template as enable_thinking"})
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "explore", "emit", "blind"), "help": "more keyword arguments for the chat template"})
+    max_new_tokens: int = field(default=2048, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "explore", "emit", "blind"), "help": "most tokens generated per answer"})
+    temperature: float = field(default=0.0, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "emit", "blind"), "help": "0 = greedy"})
+    top_p: float = field(default=1.0, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "emit", "blind"), "help": "nucleus sampling (with temperature > 0)"})
     num_samples: int = field(default=1, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "verify", "judge", "emit"), "help": "answers per question (> 1 needs temperature > 0)"})
     seed: int = field(default=0, metadata={"stage": "generate", "pin": True, "read_by": MODEL_STAGES, "help": "sampling seed"})
     token_budget: int = field(default=32768, metadata={"stage": "generate", "read_by": MODEL_STAGES, "help": "padded prompt+generation tokens per batch"})
@@ -134,19 +137,20 @@ class RecipeConfig:
     explore_top_p: float = field(default=1.0, metadata={"stage": "explore", "pin": True, "read_by": ("explore", "emit"), "help": "nucleus sampling of the explore pass"})
     explore_stop: str = field(default="paired", metadata={"stage": "explore", "pin": True, "read_by": ("explore", "emit"), "help": "paired = stop sampling a question once it has a verified-correct and a verified-wrong response; never = draw all explore_samples (exact pass rates)"})
 
-    verifier: str | dict[str, str] = field(default="relaxed", metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": ("generate", "verify", "explore", "judge", "emit"), "help": "relaxed, exact, numeric, mc or math; or a mapping family -> verifier (`default:` for the rest). Under every verifier a row with options is checked as multiple choice, so relaxed serves a family mixing multiple choice and free form; mc is refused for a family with rows without options"})
-    numeric_tolerance: float = field(default=1e-6, metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": ("generate", "verify", "explore", "judge", "emit"), "help": "relative tolerance of the numeric verifier"})
-    math_timeout_seconds: float = field(default=5.0, metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": ("generate", "verify", "explore", "emit"), "help": "time limit of one math-verify comparison"})
+    verifier: str | dict[str, str] = field(default="relaxed", metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": ("generate", "verify", "explore", "judge", "emit", "blind"), "help": "relaxed, exact, numeric, mc or math; or a mapping family -> verifier (`default:` for the rest). Under every verifier a row with options is checked as multiple choice, so relaxed serves a family mixing multiple choice and free form; mc is refused for a family with rows without options"})
+    numeric_tolerance: float = field(default=1e-6, metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": ("generate", "verify", "explore", "judge", "emit", "blind"), "help": "relative tolerance of the numeric verifier"})
+    math_timeout_seconds: float = field(default=5.0, metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": ("generate", "verify", "explore", "emit", "blind"), "help": "time limit of one math-verify comparison"})
 
-    judge: bool = field(default=True, metadata={"stage": "judge", "read_by": ("judge", "explore", "emit"), "help": "give verifier rejections a second, text-only look"})
+    judge: bool = field(default=True, metadata={"stage": "judge", "read_by": ("judge", "explore", "emit", "blind"), "help": "give verifier rejections a second, text-only look"})
     judge_model_name_or_path: str | None = field(default=None, metadata={"stage": "judge", "pin": True, "read_by": ("judge", "emit"), "help": "null = the generation model; a VLM or a text-only chat LM"})
     judge_chat_template_kwargs: dict[str, Any] = field(default_factory=dict, metadata={"stage": "judge", "pin": True, "help": "chat template keyword arguments of the judge (not inherited from generation)"})
     judge_prompt_file: str | None = field(default=None, metadata={"stage": "judge", "pin": True, "help": "null = the template shipped in rsgen/judge/"})
     judge_max_new_tokens: int = field(default=1024, metadata={"stage": "judge", "pin": True, "help": "most tokens of one verdict"})
     judge_calibration_size: int = field(default=60, metadata={"stage": "judge", "pin": True, "help": "verifier-accepted pairs the judge is calibrated on, and known-wrong pairs per family"})
     judge_calibration_seed: int = field(default=0, metadata={"stage": "judge", "pin": True, "help": "seed drawing the calibration items"})
-    judge_scope: str = field(default="undecided", metadata={"stage": "judge", "read_by": ("judge", "explore", "emit"), "help": "undecided: decisive mismatches (numbers outside the tolerance, different option letters) stay wrong_answer without the judge; all: judge them too"})
-    judge_min_specificity: float = field(default=0.95, metadata={"stage": "judge", "read_by": ("judge", "emit"), "help": "leniency gate: in a family whose judge rejects fewer known-wrong pairs, its promotions are withheld (0 = off)"})
+    judge_scope: str = field(default="undecided", metadata={"stage": "judge", "read_by": ("judge", "explore", "emit", "blind"), "help": "undecided: decisive mismatches (numbers outside the tolerance, different option letters) stay wrong_answer without the judge; all: judge them too"})
+    judge_min_specificity: float = field(default=0.95, metadata={"stage": "judge", "read_by": ("judge", "emit", "blind"), "help": "leniency gate: in a family whose judge rejects fewer known-wrong pairs, its promotions are withheld (0 = off)"})
+    judge_min_recall: float = field(default=0.5, metadata={"stage": "judge", "read_by": ("judge", "emit"), "help": "report-only: a family whose judge calls fewer known-right pairs CORRECT is reported as one where the judge adds little"})
 
     shard_size_mb: int = field(default=500, metadata={"stage": "emit", "read_by": ("prepare", "emit"), "help": "parquet shard size of prepared/ and dataset/"})
     views: list[str] | None = field(default=None, metadata={"stage": "emit", "help": "TRL views written next to the three splits, e.g. [sft] (null = all: sft, dpo, and with explore_samples > 0 dpo_onpolicy, grpo); each view stores its images again"})
@@ -254,8 +258,9 @@ def _check_type(name: str, value: Any, f: dataclasses.Field, where: str) -> Any:
     return value
 
 
-def source_from_dict(raw: dict[str, Any], index: int = 0) -> SourceConfig:
-    where = f"sources[{index}]"
+def source_from_dict(raw: dict[str, Any], index: int = 0, listed_in: str = "sources") -> SourceConfig:
+    """An entry of `sources` (or, listed_in="decontaminate", an evaluation set: no family needed)."""
+    where = f"{listed_in}[{index}]"
     if not isinstance(raw, dict):
         raise RecipeError(f"{where} must be a mapping of source keys, got {raw!r}")
     fields = _fields(SourceConfig)
@@ -269,6 +274,8 @@ def source_from_dict(raw: dict[str, Any], index: int = 0) -> SourceConfig:
         raise RecipeError(f"{where}: format {src.format!r} is not one of flat, cauldron, llava")
     if not (src.dataset_name or src.data_files or src.data_dir):
         raise RecipeError(f"{where}: set one of dataset_name (Hub), data_files (local files) or data_dir (image folder)")
+    if listed_in == "decontaminate" and not (src.family or src.family_column):
+        src.family = "evaluation"  # an evaluation set is read, never emitted: its family names nothing
     if not (src.family or src.family_column):
         raise RecipeError(f"{where}: set `family: NAME` or `family_column: COLUMN`")
     return src
@@ -281,10 +288,11 @@ def recipe_from_dict(raw: dict[str, Any], where: str = "recipe", flags: frozense
     for key, value in raw.items():
         if key not in fields:
             raise _unknown_key_error(key, RecipeConfig, where, flag=key in flags, value=value)
-        if key == "sources":
+        if key in ("sources", "decontaminate"):
             if not isinstance(value, list):
-                raise RecipeError(f"{where}: `sources` must be a list of source mappings")
-            kwargs[key] = [v if isinstance(v, SourceConfig) else source_from_dict(v, i) for i, v in enumerate(value)]
+                raise RecipeError(f"{where}: `{key}` must be a list of source mappings")
+            kwargs[key] = [v if isinstance(v, SourceConfig) else source_from_dict(v, i, key)
+                           for i, v in enumerate(value)]
         else:
             kwargs[key] = _check_type(key, value, fields[key], where)
     recipe = RecipeConfig(**kwargs)
@@ -300,6 +308,8 @@ def recipe_from_dict(raw: dict[str, Any], where: str = "recipe", flags: frozense
 
 
 def validate_recipe(recipe: RecipeConfig) -> None:
+    if recipe.blind_check not in ("off", "flag", "drop"):
+        raise RecipeError(f"blind_check must be off, flag or drop, got {recipe.blind_check!r}")
     if recipe.max_new_tokens < 1:
         raise RecipeError(f"max_new_tokens must be >= 1, got {recipe.max_new_tokens}")
     if recipe.num_samples < 1:
@@ -313,6 +323,12 @@ def validate_recipe(recipe: RecipeConfig) -> None:
                           f"got {recipe.judge_min_specificity!r}")
     if recipe.judge_calibration_size < 0:
         raise RecipeError(f"judge_calibration_size must be >= 0, got {recipe.judge_calibration_size}")
+    if recipe.judge and recipe.judge_calibration_size == 0 and recipe.judge_min_specificity > 0:
+        raise RecipeError("judge_calibration_size: 0 with judge: true leaves the leniency gate nothing to measure, so "
+                          "no promotion could ever count; set judge_calibration_size > 0 (default 60), or "
+                          "judge_min_specificity: 0 to turn the gate off, or judge: false")
+    if not 0 <= recipe.judge_min_recall <= 1:
+        raise RecipeError(f"judge_min_recall must be between 0 and 1, got {recipe.judge_min_recall!r}")
     if recipe.explore_samples < 0:
         raise RecipeError(f"explore_samples must be >= 0 (0 = no explore pass), got {recipe.explore_samples}")
     if recipe.explore_samples and recipe.num_samples > 1:

@@ -58,6 +58,11 @@ class OutputLayout:
         return self.work / "explore_pass_rates.jsonl"
 
     @property
+    def blind_work(self) -> Path:
+        """Blind-check records: accepted pairs asked again without their image."""
+        return self.work / "blind"
+
+    @property
     def judge_work(self) -> Path:
         """CheckpointStore parts of the judge stage (one record per judged QA id)."""
         return self.work / "judge"

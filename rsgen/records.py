@@ -13,7 +13,7 @@ older rsgen is read as follows:
 
 Keys: the work key of a response is `sample_key(qa_id, sample, responses)` (the bare QA id when a question has
 one response in all, `{id}#{sample}` otherwise); judge keys prefix the judged response's key with its kind
-(`calibration:`; `known_wrong:{id}` for a known-wrong pair); see `judge_key`.
+(`calibration:`; `known_wrong:{id}` and `known_right:{id}` for the built calibration pairs); see `judge_key`.
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ VERDICTS = (CORRECT, WRONG, UNSURE)
 REJECTED = "rejected"  # a verifier rejection: its verdict routes the pair
 CALIBRATION = "calibration"  # a verifier-accepted pair: the judge should say CORRECT
 KNOWN_WRONG = "known_wrong"  # a pair built to be wrong: the judge should say WRONG
-JUDGE_KINDS = (REJECTED, CALIBRATION, KNOWN_WRONG)
+KNOWN_RIGHT = "known_right"  # a right answer rewritten so the verifier rejects it: the judge should say CORRECT
+JUDGE_KINDS = (REJECTED, CALIBRATION, KNOWN_WRONG, KNOWN_RIGHT)
 CALIBRATION_PREFIX = CALIBRATION + ":"
 KNOWN_WRONG_PREFIX = KNOWN_WRONG + ":"
+KNOWN_RIGHT_PREFIX = KNOWN_RIGHT + ":"
 
 _SAMPLE_SEPARATOR = "#"
 
@@ -72,6 +74,10 @@ def judge_key(response_key: str, kind: str = REJECTED) -> str:
 
 def known_wrong_key(qa_id: str) -> str:
     return KNOWN_WRONG_PREFIX + qa_id
+
+
+def known_right_key(qa_id: str) -> str:
+    return KNOWN_RIGHT_PREFIX + qa_id
 
 
 class _Record:
@@ -161,7 +167,7 @@ class JudgeRecord(_Record):
     """One verdict of the judge (OUTPUT_DIR/work/judge/): on a verifier rejection, a calibration pair or a
     known-wrong pair (`kind`)."""
 
-    key: str  # judge_key(response key, kind), or known_wrong_key(id)
+    key: str  # judge_key(response key, kind), or known_wrong_key(id) / known_right_key(id)
     id: str  # the QA id
     kind: str  # one of JUDGE_KINDS
     reference: str  # the official answer(s) as the judge saw them
@@ -174,18 +180,37 @@ class JudgeRecord(_Record):
     model: str
     family: str | None = None  # None: not recorded (older rsgen); readers take the graded response's family
     sample: int | None = None  # the graded response's sample (None: a known-wrong pair, or not recorded)
-    miss: str | None = None  # known_wrong: how the wrong candidate was made (rsgen.judge.calibration.MISSES)
+    # known_wrong / known_right: the form the candidate was built in (rsgen.judge.calibration: KNOWN_*_FORMS)
+    miss: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
         if out["miss"] is None:
-            del out["miss"]  # only known-wrong pairs carry one
+            del out["miss"]  # only built calibration pairs carry one
         return out
 
     @property
     def response_key(self) -> str:
         """The key of the response this record grades (rejected and calibration pairs)."""
         return self.key.removeprefix(CALIBRATION_PREFIX)
+
+
+@dataclass(frozen=True)
+class BlindRecord(_Record):
+    """An accepted QA pair asked again without its image (OUTPUT_DIR/work/blind/), checked by its verifier."""
+
+    key: str  # the QA id
+    id: str
+    family: str
+    question: str  # the user text sent, without the image
+    response: str
+    extracted: str | None
+    solvable: bool  # the blind answer passes the verifier: blind-solvable
+    verifier: str
+    options: int  # number of multiple-choice options (0: free form); chance rate 1 / options
+    generated_tokens: int
+    model: str
+    settings: str  # digest of the verifier settings `solvable` was decided with (rsgen.decisions.verify_settings)
 
 
 GENERATE_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(GenerateRecord))

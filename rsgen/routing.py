@@ -9,12 +9,14 @@ stage selects its work with them, emit routes every QA pair with them).
 - Only a `CORRECT` verdict promotes. `WRONG` -> `wrong_answer`, `UNSURE` -> `judge_unsure`; UNSURE never counts.
 - The leniency gate: in a family where the judge said WRONG to fewer than `judge_min_specificity` of the
   known-wrong calibration pairs (or where none could be measured), a `CORRECT` is withheld: `judge_withheld`.
+  Its recall on known-right pairs (`judge_min_recall`) is reported, never enforced.
 - With `judge: false` a rejected pair keeps the verifier's reason.
-Calibration records (keys "calibration:{key}" and "known_wrong:{id}") never take part in routing.
+Calibration records (keys "calibration:{key}", "known_wrong:{id}", "known_right:{id}") never take part in routing.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 from rsgen.records import CORRECT, UNSURE, WRONG, GenerateRecord, JudgeRecord
@@ -24,6 +26,7 @@ from rsgen.verify.decisive import decisive_mismatch
 JUDGE_SCOPES = ("undecided", "all")
 WITHHELD = "judge_withheld"
 JUDGE_UNSURE = "judge_unsure"
+BLIND_SOLVABLE = "blind_solvable"
 # The reasons routing gives a rejected pair besides the verifier's own (rsgen.verify.REASONS, kept as they are with
 # judge: false); docs/reasons.md is made from this table.
 ROUTING_REASONS: dict[str, str] = {
@@ -32,6 +35,8 @@ ROUTING_REASONS: dict[str, str] = {
     JUDGE_UNSURE: "the verifier rejected the answer and the judge said UNSURE (never counts as correct)",
     WITHHELD: "the judge said CORRECT, but in a family whose judge failed the known-wrong calibration "
               "(judge_min_specificity): the promotion is withheld",
+    BLIND_SOLVABLE: "accepted, but the model also answered it right without the image (blind_check: drop): in no "
+                    "split and no view, counted apart (accepted + rejected + blind-dropped = prepared)",
 }
 
 
@@ -87,18 +92,38 @@ def judge_trusted(known_wrong_rejected: int, known_wrong_total: int, min_specifi
     return rate is not None and rate >= min_specificity
 
 
-def gate_warnings(families: Mapping[str, tuple[int, int, int]], min_specificity: float) -> list[str]:
-    """One line per family whose promotions the leniency gate withholds. `families`: family -> (known-wrong pairs
-    the judge called WRONG, known-wrong pairs judged, promotions withheld)."""
+def recall(known_right_promoted: int, known_right_total: int) -> float | None:
+    """The share of known-right pairs (verifier false negatives built from the pool) the judge called CORRECT."""
+    return known_right_promoted / known_right_total if known_right_total else None
+
+
+def gate_lines(families: Mapping[str, Mapping[str, int]], min_specificity: float,
+               min_recall: float) -> list[tuple[int, str]]:
+    """(logging level, line) per family worth a word after the judge: a family whose judge was never consulted
+    (every rejection decisive, or none) says so; one whose promotions the leniency gate withholds, and one whose
+    judge recovers fewer than `min_recall` of its known-right pairs (report-only), warn.
+    `families`: family -> {judged, withheld, known_wrong_rejected, known_wrong_total, known_right_promoted,
+    known_right_total}."""
     out = []
-    for family, (rejected, total, withheld) in families.items():
-        if judge_trusted(rejected, total, min_specificity):
+    for family, c in families.items():
+        if not c["judged"]:
+            out.append((logging.INFO, f"family {family}: the judge was never consulted (every verifier rejection "
+                                      "was decisive, or there was none); the leniency gate has nothing to decide"))
             continue
-        rate = specificity(rejected, total)
-        measured = (f"said WRONG to only {rejected}/{total} known-wrong pairs ({rate:.1%})" if rate is not None
-                    else "could not be measured on known-wrong pairs")
-        out.append(f"family {family}: the judge {measured}, below judge_min_specificity {min_specificity:.0%}; "
-                   f"{withheld} promotion(s) withheld (reason {WITHHELD})")
+        rejected, total = c["known_wrong_rejected"], c["known_wrong_total"]
+        if not judge_trusted(rejected, total, min_specificity):
+            rate = specificity(rejected, total)
+            measured = (f"said WRONG to only {rejected}/{total} known-wrong pairs ({rate:.1%})" if rate is not None
+                        else "could not be measured on known-wrong pairs")
+            out.append((logging.WARNING, f"family {family}: the judge {measured}, below judge_min_specificity "
+                                         f"{min_specificity:.0%}; {c['withheld']} promotion(s) withheld (reason "
+                                         f"{WITHHELD})"))
+        promoted, right = c["known_right_promoted"], c["known_right_total"]
+        rate = recall(promoted, right)
+        if rate is not None and rate < min_recall:
+            out.append((logging.WARNING, f"family {family}: the judge said CORRECT to only {promoted}/{right} "
+                                         f"known-right pairs ({rate:.1%}, below judge_min_recall {min_recall:.0%}): "
+                                         "it adds little here, most right answers the verifier rejects stay rejected"))
     return out
 
 
@@ -108,12 +133,13 @@ def route(
     judge_enabled: bool,
     *,
     judged: bool | None = None,
-    trusted: bool = True,
+    trusted: bool,
 ) -> tuple[bool, str | None]:
     """(accepted, reason) for one generate record; reason is None when accepted.
 
     `judged`: whether the record goes to the judge (`goes_to_judge`); None means `needs_judging` (no decisive
-    rule). `trusted`: the family passed the leniency gate (`judge_trusted`)."""
+    rule). `trusted`: the family passed the leniency gate (`judge_trusted`); no default, so that a caller cannot
+    skip the gate by forgetting it."""
     if generate_record.match:
         return True, None
     if judged is None:

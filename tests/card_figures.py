@@ -83,14 +83,22 @@ def assert_card_figures_match_stats(card: str, stats: dict[str, Any]) -> int:
             same(judged[family], [n(j["decisive"]), n(j["judged"]), n(j["promoted"]), n(j["withheld"]),
                                   n(j["wrong"]), n(j["unsure"]),
                                   f"{n(c['agreed'])}/{n(c['total'])}" if c else "–",
-                                  f"{n(c['known_wrong_rejected'])}/{n(c['known_wrong_total'])}" if c else "–"],
+                                  f"{n(c['known_wrong_rejected'])}/{n(c['known_wrong_total'])}" if c else "–",
+                                  f"{n(c['known_right_promoted'])}/{n(c['known_right_total'])}"
+                                  if c and c.get("known_right_total") else "–"],
                  f"judge {family}")
         calib, counts = stats["calibration"], stats["judge_counts"]
         if calib and calib["total"] and calib["known_wrong_total"]:
-            sentence = (f"agreed on {n(calib['agreed'])}/{n(calib['total'])} verifier-accepted pairs; said `WRONG` to "
-                        f"{n(calib['known_wrong_rejected'])}/{n(calib['known_wrong_total'])} known-wrong pairs")
-            assert sentence in card, sentence
+            for sentence in (f"it agreed on {n(calib['agreed'])}/{n(calib['total'])} answers the verifier accepted",
+                             f"it said `WRONG` to {n(calib['known_wrong_rejected'])}/{n(calib['known_wrong_total'])} "
+                             "questions"):
+                assert sentence in card, sentence
             compared += 4
+        if calib and calib.get("known_right_total"):
+            sentence = (f"it said `CORRECT` to {n(calib['known_right_promoted'])}/{n(calib['known_right_total'])} "
+                        "right answers")
+            assert sentence in card, sentence
+            compared += 2
         paths = (f"{n(counts['judged'])} answers were graded by the judge, {n(counts['promoted'])} QA pairs promoted "
                  f"and {n(counts['withheld'])} promotions withheld")
         assert paths in card, paths

@@ -247,23 +247,72 @@ def judge_table(stats: dict[str, Any]) -> str:
         agreed = _fraction(c["agreed"], c["total"]) if c else "–"
         rejected = _fraction(c["known_wrong_rejected"], c["known_wrong_total"]) if c and "known_wrong_total" in c \
             else "–"
+        recovered = (_fraction(c["known_right_promoted"], c["known_right_total"]) if c and c.get("known_right_total")
+                     else "–")
         rows.append([family, _n(j.get("decisive", 0)), _n(j["judged"]), _n(j["promoted"]), _n(j.get("withheld", 0)),
-                     _n(j["wrong"]), _n(j["unsure"]), agreed, rejected])
+                     _n(j["wrong"]), _n(j["unsure"]), agreed, rejected, recovered])
     return _table(["family", "decisive (not judged)", "judged", "promoted (`CORRECT`)", "withheld", "`WRONG`",
-                   "`UNSURE`", "accepted pairs agreed", "known-wrong pairs rejected"], rows)
+                   "`UNSURE`", "accepted pairs `CORRECT`", "known-wrong pairs `WRONG`", "known-right pairs `CORRECT`"],
+                  rows)
 
 
-def calibration_figures(calib: dict[str, int] | None) -> dict[str, Any] | None:
-    """Both sides of the calibration, formatted, and the false-promotion rate the known-wrong side implies."""
+FORM_WORDS = {  # how each form of a built calibration pair reads (rsgen.judge.calibration)
+    "near_number": "the reference's number moved just beyond the tolerance",
+    "neighbour_letter": "the neighbouring option letter",
+    "number_word": "a number word",
+    "other_word": "another question's reference",
+    "option_text": "an option's text in a sentence",
+    "sentence": "a sentence around the value",
+    "unrelated": "an unrelated answer",
+    "count_noun": "a count with its noun",
+    "article": "an article",
+    "plural": "a plural",
+}
+
+
+def _forms(forms: dict[str, dict[str, int]] | None) -> str:
+    return ", ".join(f"{FORM_WORDS.get(form, form)} (`{form}`) {_fraction(c['as_expected'], c['total'])}"
+                     for form, c in (forms or {}).items())
+
+
+def calibration_figures(calib: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The three sides of the calibration, formatted: agreement on verifier-accepted pairs, `WRONG` on known-wrong
+    pairs (and the false-promotion rate that implies) and `CORRECT` on known-right pairs (recall), with the mix of
+    forms of each built side."""
     if not calib:
         return None
-    calib = {"known_wrong_rejected": 0, "known_wrong_total": 0, **calib}  # stats.json written before #13 lacks them
-    out = {key: _n(value) for key, value in calib.items()}
-    out["total"] = calib["total"]  # the template tests these two for zero
+    # stats.json written before #13 / #23 lacks the built sides
+    calib = {"known_wrong_rejected": 0, "known_wrong_total": 0, "known_right_promoted": 0, "known_right_total": 0,
+             **calib}
+    out = {key: _n(value) for key, value in calib.items() if isinstance(value, int)}
+    out["total"] = calib["total"]  # the template tests these for zero
     out["known_wrong_total"] = calib["known_wrong_total"] and _n(calib["known_wrong_total"])
+    out["known_right_total"] = calib["known_right_total"] and _n(calib["known_right_total"])
+    out["known_wrong_forms"] = _forms(calib.get("known_wrong_forms"))
+    out["known_right_forms"] = _forms(calib.get("known_right_forms"))
     if calib["known_wrong_total"]:
         promoted = calib["known_wrong_total"] - calib["known_wrong_rejected"]
         out["false_promotion_rate"] = _rate(promoted / calib["known_wrong_total"])
+    if calib["known_right_total"]:
+        out["recall"] = _rate(calib["known_right_promoted"] / calib["known_right_total"])
+    return out
+
+
+def calibration_examples(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per family and side, the first few calibration pairs with the judge's verdict, for a reader to check."""
+    sides = (("accepted", "verifier-accepted pairs (should be `CORRECT`)"),
+             ("known_wrong", "known-wrong pairs (should be `WRONG`)"),
+             ("known_right", "known-right pairs (should be `CORRECT`)"))
+    out = []
+    for family, fam in stats["families"].items():
+        examples = (fam.get("calibration") or {}).get("examples") or {}
+        for side, title in sides:
+            shown = examples.get(side, [])[:3]
+            if shown:
+                out.append({"family": family, "title": title, "table": _table(
+                    ["question", "reference", "candidate", "form", "verdict"],
+                    [[_cell(e["question"]), _cell(e["reference"]), _cell(e["candidate"]), e.get("form") or "–",
+                      f"`{e['verdict']}`"] for e in shown])})
     return out
 
 
@@ -279,7 +328,16 @@ def gate_figures(stats: dict[str, Any]) -> dict[str, Any]:
                          "known_wrong_total": c["known_wrong_total"] and _n(c["known_wrong_total"]),
                          "specificity": _rate(fam["judge"]["gate"]["specificity"]) if c["known_wrong_total"] else None,
                          "withheld": fam["judge"]["withheld"]})
-    return {"off": minimum <= 0, "min_specificity": _rate(minimum), "withheld": withheld}
+    never = [family for family, fam in stats["families"].items()
+             if fam["judge"].get("enabled", True) and fam["judge"].get("gate", {}).get("consulted") is False]
+    little = []
+    for family, fam in stats["families"].items():
+        gate, c = fam["judge"].get("gate", {}), fam["calibration"] or {}
+        if gate.get("adds_little"):
+            little.append({"family": family, "promoted": _n(c["known_right_promoted"]),
+                           "total": _n(c["known_right_total"]), "recall": _rate(gate["recall"])})
+    return {"off": minimum <= 0, "min_specificity": _rate(minimum), "withheld": withheld, "never_consulted": never,
+            "adds_little": little, "min_recall": _rate(stats.get("judge_min_recall", 0.5))}
 
 
 def spot_checks(stats: dict[str, Any]) -> list[dict[str, Any]]:
@@ -423,7 +481,24 @@ def cleaning_figures(stats: dict[str, Any]) -> dict[str, Any]:
         "report": [(family, _report_line(fam["cleaning"]["report"]["family"]))
                    for family, fam in stats["families"].items() if fam["cleaning"]["report"]["family"]],
         "pool": _report_line(pool) if pool else None,
+        "decontamination": decontamination_text(stats.get("decontamination")),
     }
+
+
+def blind_figures(stats: dict[str, Any]) -> dict[str, Any] | None:
+    """Per family: accepted pairs asked blind, the blind-solvable share, the chance rate of the multiple-choice
+    ones beside it, how many were dropped; and a few examples (None without a blind check)."""
+    blind = {family: fam["blind"] for family, fam in stats["families"].items() if fam.get("blind")}
+    if not blind:
+        return None
+    rows = ["| family | accepted pairs asked blind | blind-solvable | share | multiple choice asked | MC chance rate "
+            "| dropped |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for family, b in blind.items():
+        chance = _rate(b["mc_chance_rate"]) if b["mc_chance_rate"] is not None else "--"
+        rows.append(f"| {family} | {_n(b['checked'])} | {_n(b['solvable'])} | **{_rate(b['share'])}** | "
+                    f"{_n(b['mc_checked'])} | {chance} | {_n(b['dropped'])} |")
+    return {"table": "\n".join(rows),
+            "examples": [(family, b["examples"][:3]) for family, b in blind.items() if b["examples"]]}
 
 
 def license_section(stats: dict[str, Any]) -> str:
@@ -434,6 +509,27 @@ def license_section(stats: dict[str, Any]) -> str:
     return (f"`other` (`{name}`): the rows inherit the licenses of the source data ({sources}) and the terms of "
             f"use of the model that wrote the responses (`{stats['model']}`). Set `license` (a Hub license id) or "
             "`license_name` in the recipe when they are known.")
+
+
+def decontamination_text(decon: dict[str, Any] | None) -> str:
+    """Which evaluation sets the pool was checked against, and how many QA pairs (and images) each removed."""
+    if not decon:
+        return "Decontamination: no evaluation sets were given (`decontaminate:`), so none was checked."
+    q = decon["questions"]
+    lines = [f"Decontamination against {len(decon['sets'])} evaluation set(s): images by perceptual hash "
+             f"confirmed pixel by pixel, questions by normalised word {q['ngram']}-grams (dropped when at least "
+             f"{q['match_share']:.0%} of a question's grams belong to one evaluation question):", ""]
+    for s in decon["sets"]:
+        where = " ".join(str(s[k]) for k in ("source_dataset", "source_config", "source_split") if s.get(k))
+        removed = s["removed_qa_pairs"]
+        templated = (" (questions come from templates: only its images were checked)"
+                     if s["questions_templated"] else "")
+        lines.append(
+            f"- `{where}`: {_n(s['images_indexed'])} images and {_n(s['questions_indexed'])} identifying questions "
+            f"checked{templated}; removed {_n(removed.get('contaminated_image', 0))} QA pairs on "
+            f"{_n(s['removed_pool_images'])} copied images (`contaminated_image`) and "
+            f"{_n(removed.get('contaminated_question', 0))} by question (`contaminated_question`)")
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------ render
@@ -473,6 +569,7 @@ def card_context(stats: dict[str, Any], dataset_dir: Path) -> dict[str, Any]:
         "verifiers": [{"name": name, "families": families} for name, families in _verifier_names(stats).items()],
         "judge_counts": {"decisive": 0, "judged": 0, "promoted": 0, "withheld": 0, **(stats.get("judge_counts") or {})},
         "calibration": calibration_figures(stats.get("calibration")),
+        "calibration_examples": calibration_examples(stats),
         "gate": gate_figures(stats),
         "judge_table": judge_table(stats),
         "spot_checks": spot_checks(stats),
@@ -481,6 +578,7 @@ def card_context(stats: dict[str, Any], dataset_dir: Path) -> dict[str, Any]:
         "training": training_figures(stats),
         "examples": examples(stats, dataset_dir),
         "cleaning": cleaning_figures(stats),
+        "blind": blind_figures(stats),
         "license_other": license_section(stats),
     }
 

@@ -34,9 +34,11 @@ from rsgen.emit.splits import (
     emitted_clean_meta,
     split_qa,
     tally_row,
+    with_blind,
     with_explore,
 )
 from rsgen.emit.stats import (
+    CALIBRATION_ZERO,
     MB,
     RS_KINDS,
     SPLIT,
@@ -51,9 +53,11 @@ from rsgen.emit.stats import (
 )
 from rsgen.emit.trl_views import VIEWS
 from rsgen.layout import OutputLayout
-from rsgen.routing import gate_warnings
+from rsgen.records import BlindRecord, records_by_key
+from rsgen.routing import gate_lines
 from rsgen.schema import PreparedPool, open_prepared
 from rsgen.shards import ParquetShardWriter, swap_dir_into_place, written_sizes
+from rsgen.store import CheckpointStore
 
 BATCH_ROWS = 64  # prepared rows read per batch (bounded by image bytes, not by the pool)
 _CONFIG_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -141,7 +145,7 @@ def plan_families(prepared: PreparedPool, work: WorkRecords, recipe: RecipeConfi
             plan = families[family] = FamilyPlan(family, config_prefix(family))
             plan.plans = {kind: SplitPlan(config_name(plan.prefix, kind)) for kind in kinds}
         qas = row["qa"]
-        outcomes = [with_explore(work.outcome(qa), qa, work) for qa in qas]
+        outcomes = [with_blind(with_explore(work.outcome(qa), qa, work), work) for qa in qas]
         seen_ids.update(qa["id"] for qa in qas)
         tally_row(plan.tally, qas, outcomes, row["clean_meta"]["steps"] or [], work)
         plan.row_indices.append(position)
@@ -204,11 +208,15 @@ def load_work(recipe: RecipeConfig) -> WorkRecords:
     """The generate (with verify's decisions), judge (and explore) work of the recipe's output directory, as emit
     routes it."""
     layout = OutputLayout(recipe.output_dir)
-    return WorkRecords.load(decided_records(recipe).values(), layout.judge_work, judge_enabled=recipe.judge,
+    work = WorkRecords.load(decided_records(recipe).values(), layout.judge_work, judge_enabled=recipe.judge,
                             num_samples=recipe.num_samples, judge_scope=recipe.judge_scope,
                             numeric_tolerance=recipe.numeric_tolerance,
                             min_specificity=recipe.judge_min_specificity,
                             explore_dir=layout.explore_work if recipe.explore_samples else None)
+    if recipe.blind_check != "off":
+        work.blind = records_by_key(CheckpointStore(layout.blind_work), BlindRecord)
+        work.blind_drop = recipe.blind_check == "drop"
+    return work
 
 
 def check_emit(recipe: RecipeConfig) -> None:
@@ -253,14 +261,14 @@ def run_emit(recipe: RecipeConfig, state=None, *, work: WorkRecords | None = Non
     report = _read_json(layout.prepare_report)
     stats_families = {
         plan.family: family_stats(plan.family, plan.tally, plan.plans, recipe.verifier_for(plan.family), recipe.judge,
-                                  report, recipe.max_new_tokens, recipe.judge_min_specificity)
+                                  report, recipe.max_new_tokens, recipe.judge_min_specificity, recipe.judge_min_recall)
         for plan in families.values()
     }
-    gate = {family: ((fam["calibration"] or {}).get("known_wrong_rejected", 0),
-                     (fam["calibration"] or {}).get("known_wrong_total", 0), fam["judge"]["withheld"])
+    gate = {family: {**(fam["calibration"] or CALIBRATION_ZERO), "judged": fam["judge"]["judged"],
+                     "withheld": fam["judge"]["withheld"]}
             for family, fam in stats_families.items() if fam["judge"]["enabled"]}
-    for warning in gate_warnings(gate, recipe.judge_min_specificity):
-        logger.warning(warning)
+    for level, line in gate_lines(gate, recipe.judge_min_specificity, recipe.judge_min_recall):
+        logger.log(level, line)
     stats = {**build_stats(recipe, stats_families, _read_json(layout.run_json), report, outside), **(extra_stats or {})}
 
     write_card(stats, partial)

@@ -66,6 +66,8 @@ def merge_rounds(round_recipes: list[RecipeConfig]) -> tuple[MergedWork, dict[in
                 merged.calibration[key] = work.calibration[key]
             if q.id in work.known_wrong:
                 merged.known_wrong[q.id] = work.known_wrong[q.id]
+            if q.id in work.known_right:
+                merged.known_right[q.id] = work.known_right[q.id]
         contributed[k] = taken
     return merged, contributed
 

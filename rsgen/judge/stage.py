@@ -21,13 +21,14 @@ from rsgen.config import RecipeConfig, RecipeError
 from rsgen.decisions import decided_records
 from rsgen.engine import ChatRequest, build_engine, check_engine, judge_model_name
 from rsgen.judge import STAGE
-from rsgen.judge.calibration import known_wrong_pairs
+from rsgen.judge.calibration import known_right_pairs, known_wrong_pairs
 from rsgen.judge.prompt import format_reference, load_template, render_judge_prompt
 from rsgen.judge.verdict import parse_verdict
 from rsgen.layout import OutputLayout
 from rsgen.records import (
     CALIBRATION,
     CORRECT,
+    KNOWN_RIGHT,
     KNOWN_WRONG,
     REJECTED,
     UNSURE,
@@ -36,11 +37,12 @@ from rsgen.records import (
     GenerateRecord,
     JudgeRecord,
     judge_key,
+    known_right_key,
     known_wrong_key,
     read_records,
     records_by_key,
 )
-from rsgen.routing import gate_warnings, goes_to_judge, needs_judging
+from rsgen.routing import gate_lines, goes_to_judge, needs_judging
 from rsgen.schema import open_prepared
 from rsgen.store import CheckpointStore, distributed_state, run_keyed_work
 
@@ -50,12 +52,12 @@ class JudgeItem:
     key: str  # judge record key
     id: str  # QA id
     sample: int | None
-    kind: str  # rejected | calibration | known_wrong
+    kind: str  # rejected | calibration | known_wrong | known_right
     family: str
     question: str
     reference: str
     candidate: str
-    miss: str | None = None  # known_wrong: how the wrong candidate was made (rsgen.judge.calibration.MISSES)
+    miss: str | None = None  # known_wrong / known_right: the form of the candidate (rsgen.judge.calibration)
 
 
 logger = logging.getLogger(__name__)
@@ -102,7 +104,7 @@ def select_items(
 ) -> list[JudgeItem]:
     """Every item of the stage in one global order: rejected pairs the judge grades (sorted by key; decisive
     mismatches left out unless `judge_scope: all`), the calibration sample of verifier-accepted pairs (sorted by
-    key), then the known-wrong pairs (by family, id). Every rank computes the same list. Rejected explore samples
+    key), then the known-wrong and the known-right pairs (each by family, id). Every rank computes the same list. Rejected explore samples
     (keys "{id}#{sample}") are graded like greedy answers; calibration draws from the greedy pass only."""
     graded: dict[str, GenerateRecord] = {**generate_records, **(explore_records or {})}
     rejected = []
@@ -132,12 +134,16 @@ def select_items(
                     candidate=rec.extracted if rec.extracted is not None else "",
                 )
             )
-    for pair in known_wrong_pairs(prepared, recipe.verifier_for, recipe.judge_calibration_size,
-                                  recipe.judge_calibration_seed, recipe.numeric_tolerance):
-        qa = prepared[pair.id]
-        items.append(JudgeItem(key=known_wrong_key(pair.id), id=pair.id, sample=None, kind=KNOWN_WRONG,
-                               family=pair.family, question=qa["question"], reference=format_reference(qa["answers"]),
-                               candidate=pair.candidate, miss=pair.miss))
+    size, seed, tolerance = recipe.judge_calibration_size, recipe.judge_calibration_seed, recipe.numeric_tolerance
+    built = [(KNOWN_WRONG, known_wrong_key, known_wrong_pairs(prepared, recipe.verifier_for, size, seed, tolerance,
+                                                              recipe.judge_scope)),
+             (KNOWN_RIGHT, known_right_key, known_right_pairs(prepared, recipe.verifier_for, size, seed, tolerance))]
+    for kind, key_of, pairs in built:
+        for pair in pairs:
+            qa = prepared[pair.id]
+            items.append(JudgeItem(key=key_of(pair.id), id=pair.id, sample=None, kind=kind, family=pair.family,
+                                   question=qa["question"], reference=format_reference(qa["answers"]),
+                                   candidate=pair.candidate, miss=pair.form))
     return items
 
 
@@ -252,7 +258,7 @@ def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
     done = len(store.done_keys() & {item.key for item in items})
     _log(state, f"{kinds[REJECTED]} rejected pairs to judge ({decisive} decisive mismatches stay wrong_answer "
                 f"unjudged, judge_scope: {recipe.judge_scope}) + {kinds[CALIBRATION]} verifier-accepted and "
-                f"{kinds[KNOWN_WRONG]} known-wrong calibration pairs; {done} already done; "
+                f"{kinds[KNOWN_WRONG]} known-wrong and {kinds[KNOWN_RIGHT]} known-right calibration pairs; {done} already done; "
                 f"{state.num_processes} process(es)")
 
     stage = JudgeStage(items, template, judge_model_name(recipe))
@@ -265,10 +271,9 @@ def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
         raise RuntimeError(f"judge stage ended with {len(missing)} items unjudged (e.g. {missing[:3]})")
     result = judge_summary(recipe.output_dir)
     _log(state, format_summary(result))
-    gate = {family: (counts["known_wrong_rejected"], counts["known_wrong_total"], counts["promotions"])
-            for family, counts in result["families"].items()}
-    for warning in gate_warnings(gate, recipe.judge_min_specificity):
-        _log(state, warning, logging.WARNING)
+    gate = {family: {**counts, "withheld": counts["promotions"]} for family, counts in result["families"].items()}
+    for level, line in gate_lines(gate, recipe.judge_min_specificity, recipe.judge_min_recall):
+        _log(state, line, level)
     if summary.done_now:
         _log(state, f"this run (rank {state.process_index}): {summary.done_now} pairs in {summary.seconds:.1f} s "
                     f"({summary.done_now / max(summary.seconds, 1e-9):.2f} pairs/s)")
@@ -281,7 +286,7 @@ def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
 def _empty_counts() -> dict[str, int]:
     return {"judged": 0, "promotions": 0, "wrong": 0, "unsure": 0,
             "calibration_agreed": 0, "calibration_wrong": 0, "calibration_unsure": 0, "calibration_total": 0,
-            "known_wrong_rejected": 0, "known_wrong_total": 0}
+            "known_wrong_rejected": 0, "known_wrong_total": 0, "known_right_promoted": 0, "known_right_total": 0}
 
 
 def _count(counts: dict[str, int], rec: JudgeRecord) -> None:
@@ -294,6 +299,9 @@ def _count(counts: dict[str, int], rec: JudgeRecord) -> None:
     elif rec.kind == KNOWN_WRONG:
         counts["known_wrong_total"] += 1
         counts["known_wrong_rejected"] += verdict == WRONG
+    elif rec.kind == KNOWN_RIGHT:
+        counts["known_right_total"] += 1
+        counts["known_right_promoted"] += verdict == CORRECT
     else:
         counts["judged"] += 1
         counts["promotions"] += verdict == CORRECT
@@ -305,7 +313,8 @@ def judge_summary(output_dir: str | Path) -> dict[str, Any]:
     """Counts from the judge work records, overall and per family:
     judged (rejected pairs judged), promotions (CORRECT), wrong, unsure, calibration_agreed (calibration pairs
     called CORRECT), calibration_wrong, calibration_unsure, calibration_total, known_wrong_rejected (known-wrong
-    pairs called WRONG), known_wrong_total; plus "families": {family: same}.
+    pairs called WRONG), known_wrong_total, known_right_promoted (known-right pairs called CORRECT),
+    known_right_total; plus "families": {family: same}.
     All zero when the judge never ran (e.g. `judge: false`)."""
     summary: dict[str, Any] = _empty_counts()
     families: dict[str, dict[str, int]] = {}
@@ -321,5 +330,6 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"judged {summary['judged']} rejected pairs: CORRECT {summary['promotions']} (promoted), "
         f"WRONG {summary['wrong']}, UNSURE {summary['unsure']}; calibration: agreed on "
         f"{summary['calibration_agreed']}/{summary['calibration_total']} verifier-accepted pairs, said WRONG to "
-        f"{summary['known_wrong_rejected']}/{summary['known_wrong_total']} known-wrong pairs"
+        f"{summary['known_wrong_rejected']}/{summary['known_wrong_total']} known-wrong pairs and CORRECT to "
+        f"{summary['known_right_promoted']}/{summary['known_right_total']} known-right pairs"
     )

@@ -63,6 +63,11 @@ DROP_REASONS: dict[str, Reason] = {
     "provenance_unresolved": Reason("the recorded image reference names no file to compare with"),
     "provenance_mismatch": Reason("the recorded image reference names another image than the one attached"),
     "provenance_source_id_conflict": Reason("one source id is recorded on two different images"),
+    # Decontamination (decontaminate: evaluation sets)
+    "contaminated_image": Reason("the image is a copy of an evaluation image (resized, re-encoded, cropped or padded "
+                                 "ones included): every QA pair of the image goes"),
+    "contaminated_question": Reason("the question shares at least half of its word 8-grams with one evaluation "
+                                    "question (case, punctuation and spacing ignored)"),
     # Duplicates
     "duplicate_conflicting_answers": Reason("the same question twice on one image with different answers "
                                             "(every copy is dropped)"),

@@ -37,7 +37,9 @@ from rsgen.prepare.cleaning import (
     ordered_steps,
     qa_id,
 )
+from rsgen.prepare.decontaminate import QUESTION_VERSION, Decontamination, build_decontamination
 from rsgen.prepare.images import ImageJob, ImagePack, ImageResult, encode_pil, inline_image, process_images
+from rsgen.prepare.perceptual import SIGNATURE_VERSION
 from rsgen.prepare.reasons import DROP_REASONS, MERGE_REASONS
 from rsgen.prepare.sources import RawRow, check_source, describe_source, iter_raw_rows, source_where
 from rsgen.prepare.writer import ExternalSorter
@@ -230,6 +232,14 @@ class ImageWorkers:
             # spawn: forking a process that holds pyarrow / datasets threads can deadlock the child.
             self.pool = multiprocessing.get_context("spawn").Pool(num_proc)
 
+    def map(self, fn, items: list) -> list:
+        """fn(chunk) -> list over `items` in chunks on the workers, in order (inline without workers)."""
+        if self.pool is None or not items:
+            return fn(items)
+        size = max(1, -(-len(items) // (self.num_proc * 2)))
+        chunks = [items[i : i + size] for i in range(0, len(items), size)]
+        return [r for chunk in self.pool.map(fn, chunks) for r in chunk]
+
     def submit(self, jobs: list[ImageJob]):
         if self.pool is None or not jobs:
             return process_images(jobs)
@@ -294,6 +304,8 @@ def recipe_fingerprint(recipe: RecipeConfig, **also: Any) -> str:
     values = recipe.to_dict()
     pinned = {key: values[key] for key in STAGE.pins}
     pinned.update(policy_version=POLICY_VERSION, steps={k: v[0] for k, v in STEPS.items()}, **also)
+    if recipe.decontaminate:  # a new matching method re-runs decontamination (absent otherwise: pools stay reused)
+        pinned.update(decontaminate_versions=[SIGNATURE_VERSION, QUESTION_VERSION])
     return hashlib.sha256(json.dumps(pinned, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -350,7 +362,13 @@ def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
         id_sorter = ExternalSorter(work / "source_ids")
         with ImagePack(work / "images.bin") as pack:
             with ImageWorkers(recipe.prepare_num_proc) as workers:
-                _Pass1(recipe, rules, report, pack, qa_sorter, id_sorter).run(workers)
+                decon = None
+                if recipe.decontaminate:
+                    # Built once per run, before the pool, by the same workers; kept as hashes, not images.
+                    decon = build_decontamination(recipe, work / "eval_index", workers.map)
+                    logger.info("prepare: decontamination index: %d evaluation images, %d identifying questions",
+                                len(decon.images), len(decon.questions.questions))
+                _Pass1(recipe, rules, report, pack, qa_sorter, id_sorter, decon).run(workers)
             conflicts = _source_id_conflicts(id_sorter)
             # Small row groups: generate reads the pool a batch of images at a time.
             writer = ParquetShardWriter(partial, PREPARED_FEATURES, PREPARED_SHARD_PREFIX,
@@ -367,6 +385,8 @@ def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
     elapsed = time.perf_counter() - start
     # No timings in the report: the same recipe gives the same prepared/ folder, byte for byte.
     out = _report_dict(recipe, report, shards, writer.rows, fingerprint)
+    if decon is not None:
+        out["decontamination"] = decon.report()
     (partial / REPORT_NAME).write_text(json.dumps(out, indent=2, sort_keys=False) + "\n")
     if out["kept_qa_pairs"] == 0:
         # Nothing to generate from: stop here with what went wrong, not at the next stage with "no work".
@@ -406,8 +426,10 @@ def empty_pool_message(report: dict, report_path) -> str:
 class _Pass1:
     """Stream the sources, check text and images, hand survivors to the external sort."""
 
-    def __init__(self, recipe, rules, report, pack: ImagePack, qa_sorter: ExternalSorter, id_sorter: ExternalSorter):
+    def __init__(self, recipe, rules, report, pack: ImagePack, qa_sorter: ExternalSorter, id_sorter: ExternalSorter,
+                 decon: Decontamination | None = None):
         self.recipe = recipe
+        self.decon = decon
         self.rules = rules
         self.report = report
         self.pack = pack
@@ -458,7 +480,14 @@ class _Pass1:
                 survivors = []
                 for seq, raw in zip(seqs, row.qas):
                     checked = check_qa(rules, raw.question, raw.answer, raw.options, raw.source_label)
-                    if isinstance(checked, CleanQA):
+                    matched = self.decon.question_match(raw.question) if isinstance(checked, CleanQA) and \
+                        self.decon is not None else None
+                    if matched is not None:
+                        self.decon.removed(matched, "contaminated_question", 1)
+                        report.drop(family, source_index, "contaminated_question", example={
+                            **example(source_index, raw.source_row_id, row.where, raw.question),
+                            **self.decon.matched(matched)})
+                    elif isinstance(checked, CleanQA):
                         survivors.append((seq, checked, raw.source_row_id))
                     else:
                         report.drop(family, source_index, checked.reason, example=example(
@@ -496,7 +525,8 @@ class _Pass1:
             pending.slot = batch.job_keys[key]
             return
         recipe = self.recipe
-        job = ImageJob(kind, payload, raw_sha, recipe.max_image_pixels, recipe.max_aspect_ratio)
+        job = ImageJob(kind, payload, raw_sha, recipe.max_image_pixels, recipe.max_aspect_ratio,
+                       self.decon.image_index_dir if self.decon is not None else None)
         pending.slot = batch.job_keys[key] = len(batch.jobs)
         batch.jobs.append(job)
         batch.nbytes += len(payload) if kind == "bytes" else 0
@@ -527,6 +557,12 @@ class _Pass1:
             report.images["dropped"][result.reason] += 1
             report.drop(family, src, result.reason, len(pending.qas),
                         example=self._example(pending, pending.image_shown))
+            return
+        if result.eval_match is not None:
+            matched = self.decon.images[result.eval_match]
+            self.decon.removed(matched, "contaminated_image", len(pending.qas), pool_image=result.sha256)
+            report.drop(family, src, "contaminated_image", len(pending.qas),
+                        example={**self._example(pending, pending.image_shown), **self.decon.matched(matched)})
             return
         image_steps = {"image_validate"}
         for conversion in result.conversions:

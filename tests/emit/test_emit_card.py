@@ -66,11 +66,12 @@ def test_card_numbers_come_from_stats(emitted_run):
         j, c = fam["judge"], fam["calibration"]
         agreed = f"{c['agreed']}/{c['total']}" if c else "–"
         rejected = f"{c['known_wrong_rejected']}/{c['known_wrong_total']}" if c else "–"
+        recovered = f"{c['known_right_promoted']}/{c['known_right_total']}" if c and c["known_right_total"] else "–"
         assert (f"| {family} | {j['decisive']} | {j['judged']} | {j['promoted']} | {j['withheld']} | {j['wrong']} | "
-                f"{j['unsure']} | {agreed} | {rejected} |") in text
+                f"{j['unsure']} | {agreed} | {rejected} | {recovered} |") in text
     calib = stats["calibration"]
-    assert (f"the judge agreed on {calib['agreed']}/{calib['total']} verifier-accepted pairs; said `WRONG` to "
-            f"{calib['known_wrong_rejected']}/{calib['known_wrong_total']} known-wrong pairs") in text
+    assert f"it agreed on {calib['agreed']}/{calib['total']} answers the verifier accepted" in text
+    assert f"it said `WRONG` to {calib['known_wrong_rejected']}/{calib['known_wrong_total']} questions" in text
     assert "false-promotion rate of 0.0%" in text
     assert "`judge_scope: all`" in text and "Warning —" not in text
     # Every promotion is listed to spot-check, with its question, reference and candidate.

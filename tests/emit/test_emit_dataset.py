@@ -162,10 +162,17 @@ def test_stats_count_what_was_written(emitted_run):
     assert judge.pop("withheld_promotions") == []
     assert judge == {"enabled": True, "verifier": 4, "decisive": 0, "judged": 6, "promoted": 1, "withheld": 0,
                      "correct": 1, "wrong": 3, "unsure": 2,
-                     "gate": {"min_specificity": 0.95, "specificity": 1.0, "withheld": False}}
+                     "gate": {"min_specificity": 0.95, "specificity": 1.0, "withheld": False, "consulted": True,
+                              "min_recall": 0.5, "recall": None, "adds_little": False}}
     assert promotions == [{"question": _images[0].pairs[2].question, "reference": "3", "candidate": "11"}]
-    assert fam["calibration"] == {"agreed": 3, "total": 4, "known_wrong_rejected": 4, "known_wrong_total": 4}
-    assert stats["calibration"] == {"agreed": 3, "total": 4, "known_wrong_rejected": 9, "known_wrong_total": 9}  # 4 + 4 + AllRight's 1
+    calib = fam["calibration"]
+    examples = calib.pop("examples")
+    assert calib == {"agreed": 3, "total": 4, "known_wrong_rejected": 4, "known_wrong_total": 4,
+                     "known_right_promoted": 0, "known_right_total": 0,
+                     "known_wrong_forms": {"unrelated": {"as_expected": 4, "total": 4}}, "known_right_forms": {}}
+    assert len(examples["accepted"]) == 4 and len(examples["known_wrong"]) == 4
+    assert stats["calibration"] == {"agreed": 3, "total": 4, "known_wrong_rejected": 9, "known_wrong_total": 9,
+                                    "known_right_promoted": 0, "known_right_total": 0}  # 4 + 4 + AllRight's 1
     assert stats["judge_counts"] == {"judged": 9, "decisive": 0, "promoted": 2, "withheld": 0}
     assert stats["judge_scope"] == "all" and stats["judge_min_specificity"] == 0.95
     rejected = fam["splits"]["rejected"]
