@@ -86,7 +86,7 @@ def shared_vs_separate(args) -> None:
 
 def paired_vs_never(args) -> None:
     from rsgen.config import load_recipe
-    from rsgen.demo.run import RECIPE
+    from rsgen.demo_command import RECIPE
     from rsgen.explore import run_explore
     from rsgen.generate import run_generate
     from rsgen.layout import OutputLayout

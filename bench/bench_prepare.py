@@ -7,6 +7,12 @@ Each size runs in a fresh subprocess so that its peak resident memory (ru_maxrss
 `--source parquet` (the default) the demo pool is first written to a parquet file (not timed) and prepare reads
 it like any local pool; `--source demo` draws the images inside prepare (`dataset_name: rsgen-demo`), which
 measures the drawing too. Target: peak memory at 10,000 images within 1.5x of that at 1,000.
+
+    python bench/bench_prepare.py --decontaminate 10000   # also: the overhead of decontamination
+
+With `--decontaminate N`, each size is prepared twice side by side in one run, without and with an evaluation set
+of N demo images of another seed (a parquet file, drawn untimed), and the bench prints the overhead (target: under
+20% of prepare time) and the images hashed per second by one process.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import time
 SEED = 20261202
 
 
-def child(num_images: int, num_proc: int, source_kind: str, workdir: str) -> dict:
+def child(num_images: int, num_proc: int, source_kind: str, workdir: str, decontaminate: int = 0) -> dict:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from rsgen.config import RecipeConfig, source_from_dict
@@ -34,8 +40,11 @@ def child(num_images: int, num_proc: int, source_kind: str, workdir: str) -> dic
         source = {"data_files": [os.path.join(workdir, "pool.parquet")], **mapping}
     else:
         source = {"dataset_name": "rsgen-demo", "demo_num_images": num_images, "demo_seed": SEED, **mapping}
+    evaluation = [source_from_dict({"data_files": [os.path.join(workdir, "eval.parquet")], **mapping}, 0,
+                                   "decontaminate")] if decontaminate else []
     recipe = RecipeConfig(
-        output_dir=os.path.join(workdir, "out"), sources=[source_from_dict(source)], prepare_num_proc=num_proc
+        output_dir=os.path.join(workdir, "out"), sources=[source_from_dict(source)], prepare_num_proc=num_proc,
+        decontaminate=evaluation,
     )
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
@@ -43,6 +52,8 @@ def child(num_images: int, num_proc: int, source_kind: str, workdir: str) -> dic
     seconds = time.perf_counter() - start
     return {
         "images": num_images,
+        "eval_images": decontaminate,
+        "removed": report["dropped_qa_pairs"],
         "source_rows": sum(s["source_rows"] for s in report["sources"]),
         "qa_pairs": report["input_qa_pairs"],
         "rows_written": report["rows"],
@@ -56,16 +67,32 @@ def child(num_images: int, num_proc: int, source_kind: str, workdir: str) -> dic
     }
 
 
+def hashed_per_second(n: int = 200) -> float:
+    import io
+
+    from PIL import Image
+
+    from rsgen.demo.pool import make_demo_image
+    from rsgen.prepare.perceptual import image_signature
+
+    images = [Image.open(io.BytesIO(make_demo_image(SEED, i)[1])).convert("RGB") for i in range(n)]
+    start = time.perf_counter()
+    for image in images:
+        image_signature(image)
+    return n / (time.perf_counter() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--num-proc", type=int, default=2)
     parser.add_argument("--source", choices=["parquet", "demo"], default="parquet")
+    parser.add_argument("--decontaminate", type=int, default=0, help="evaluation images (0: no decontamination run)")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        result = child(args.child, args.num_proc, args.source, args.workdir)
+        result = child(args.child, args.num_proc, args.source, args.workdir, args.decontaminate)
         print(json.dumps(result))
         return
 
@@ -82,20 +109,37 @@ def main() -> None:
                      os.path.join(workdir, "pool.parquet"), str(size), str(SEED)],
                     check=True,
                 )
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", str(size), "--workdir", workdir,
-                 "--num-proc", str(args.num_proc), "--source", args.source],
-                check=True, capture_output=True, text=True,
-            )
-        result = json.loads(out.stdout.strip().splitlines()[-1])
-        results.append(result)
-        print(json.dumps(result))
+            if args.decontaminate:
+                subprocess.run(
+                    [sys.executable, "-c", "import sys; from rsgen.demo.pool import write_demo_pool; "
+                     "write_demo_pool(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), rows_per_row_group=100)",
+                     os.path.join(workdir, "eval.parquet"), str(args.decontaminate), str(SEED + 1)],
+                    check=True,
+                )
+            pair = []
+            for evaluation in ([0, args.decontaminate] if args.decontaminate else [0]):
+                out = subprocess.run(
+                    [sys.executable, __file__, "--child", str(size), "--workdir", workdir, "--num-proc",
+                     str(args.num_proc), "--source", args.source, "--decontaminate", str(evaluation)],
+                    check=True, capture_output=True, text=True,
+                )
+                pair.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                print(json.dumps(pair[-1]))
+        results.append(pair[0])
+        if args.decontaminate:
+            plain, checked = pair
+            overhead = checked["seconds"] / plain["seconds"] - 1
+            print(f"decontamination against {args.decontaminate} evaluation images, pool of {size}: "
+                  f"{plain['seconds']} s -> {checked['seconds']} s, overhead {overhead:+.0%} "
+                  f"(target < 20%: {'OK' if overhead < 0.2 else 'OVER TARGET'}); QA pairs removed {checked['removed']}")
     print()
     print(f"source: {args.source}, workers: {args.num_proc}")
     print(f"{'images':>8} {'rows':>8} {'QA pairs':>9} {'seconds':>8} {'rows/s':>8} {'images/s':>9} {'peak MB':>8}")
     for r in results:
         print(f"{r['images']:>8} {r['source_rows']:>8} {r['qa_pairs']:>9} {r['seconds']:>8} {r['source_rows_per_s']:>8} "
               f"{r['images_per_s']:>9} {r['peak_rss_mb']:>8}")
+    if args.decontaminate:
+        print(f"images hashed per second (one process): {hashed_per_second():.0f}")
     if len(results) >= 2:
         ratio = results[-1]["peak_rss_mb"] / results[0]["peak_rss_mb"]
         verdict = "OK" if ratio <= 1.5 else "OVER TARGET"

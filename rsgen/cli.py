@@ -15,7 +15,7 @@ import os
 import sys
 
 from rsgen.config import (
-    STAGES,
+    KEY_GROUPS,
     RecipeError,
     SourceConfig,
     default_text,
@@ -50,20 +50,22 @@ def _build_parser() -> argparse.ArgumentParser:
                              "this is higher; processes other than the main one: warning)")
     common.add_argument("--debug", action="store_true", help="show the full traceback of an error")
 
-    def add_recipe_command(name: str, help_text: str):
+    def add_recipe_command(name: str, help_text: str, shown: tuple[str, ...] | None):
+        sources = "sources" in shown if shown is not None else True
         p = sub.add_parser(name, help=help_text, usage=f"rsgen {name} --config RECIPE [--KEY VALUE ...]",
-                           epilog=_source_keys_help() + "\n" + EPILOG, parents=[common],
+                           epilog=(_source_keys_help() + "\n" if sources else "") + EPILOG, parents=[common],
                            formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
         p.add_argument("--config", required=True, help="recipe YAML file (see recipes/)")
-        _add_recipe_keys(p)
+        _add_recipe_keys(p, shown)
         return p
 
-    add_recipe_command("run", "all stages: prepare -> generate -> explore -> judge -> emit (resumable)")
-    add_recipe_command("prepare", "load, group and clean the pool into OUTPUT_DIR/prepared/")
-    add_recipe_command("generate", "answer every prepared question with the VLM (resumable)")
-    add_recipe_command("explore", "sample beyond the greedy answer (explore_samples > 0): pass rates, on-policy pairs (resumable)")
-    add_recipe_command("judge", "re-examine verifier rejections with the model as a text-only judge (resumable)")
-    add_recipe_command("emit", "write the dataset splits, TRL views, stats.json and the card")
+    from rsgen.pipeline import STAGES
+
+    add_recipe_command("run", f"all stages: {' -> '.join(stage.name for stage in STAGES)} (resumable)", None)
+    for stage in STAGES:
+        add_recipe_command(stage.name, stage.help, stage.keys)
+    add_recipe_command("iterate", "rounds of the pipeline and TRL fine-tuning on what was accepted, measured on a "
+                                  "held-out slice (resumable)", None)
 
     demo = sub.add_parser("demo", help="the whole pipeline on the embedded demo pool and the shipped demo model",
                           parents=[common])
@@ -81,13 +83,17 @@ def _help(f: dataclasses.Field) -> str:
     return f"{f.metadata['help']} (default: {default_text(f)})".replace("%", "%%")
 
 
-def _add_recipe_keys(parser: argparse.ArgumentParser) -> None:
+def _add_recipe_keys(parser: argparse.ArgumentParser, shown: tuple[str, ...] | None = None) -> None:
     """Every RecipeConfig key as `--key VALUE`, grouped by stage, help from the field metadata. Values stay text
-    here and are read as YAML by the recipe loader, exactly as in the recipe file."""
+    here and are read as YAML by the recipe loader, exactly as in the recipe file. `shown`: the keys the help
+    lists (a stage's command: the keys that stage reads; None: all); the others are accepted all the same (a
+    rerun of one stage passes the whole recipe), just not listed."""
     for stage, fields in recipe_keys_by_stage().items():
-        group = parser.add_argument_group(f"{stage} keys", STAGES[stage])
+        listed = [f for f in fields if shown is None or f.name in shown]
+        group = parser.add_argument_group(f"{stage} keys", KEY_GROUPS[stage]) if listed else parser
         for f in fields:
-            group.add_argument(f"--{f.name}", metavar="VALUE", default=argparse.SUPPRESS, help=_help(f))
+            help_text = _help(f) if f in listed else argparse.SUPPRESS
+            group.add_argument(f"--{f.name}", metavar="VALUE", default=argparse.SUPPRESS, help=help_text)
 
 
 def _source_keys_help() -> str:
@@ -194,7 +200,7 @@ def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace, rest
     if args.command == "demo":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        from rsgen.demo.run import run_demo
+        from rsgen.demo_command import run_demo
 
         run_demo(output_dir=args.output_dir, num_images=args.num_images, seed=args.seed)
         return
@@ -204,6 +210,13 @@ def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace, rest
         from rsgen.pipeline import run_pipeline
 
         run_pipeline(recipe)
+    elif args.command == "iterate":
+        from rsgen.iterate import run_iterate
+        from rsgen.iterate.report import print_rounds_table
+
+        data = run_iterate(recipe)
+        if is_main_process():
+            print_rounds_table(data)
     else:
         from rsgen.pipeline import run_stage
 

@@ -65,7 +65,7 @@ class SourceConfig:
     demo_seed: int = field(default=1234, metadata={"help": "demo pool: seed of the draw"})
 
 
-STAGES = {
+KEY_GROUPS = {
     "run": "where the run lives",
     "model": "the model that answers",
     "prepare": "cleaning the pool into prepared/ (the pools themselves: `sources:`, see below)",
@@ -73,77 +73,98 @@ STAGES = {
     "verify": "checking answers against the official ones",
     "explore": "sampling beyond the greedy answer: pass rates, on-policy DPO pairs, a GRPO view",
     "judge": "the text-only second look at rejections",
+    "blind": "asking the accepted pairs again without the image",
     "emit": "the dataset, its card and the upload",
+    "iterate": "`rsgen iterate`: rounds of rejection sampling and fine-tuning on what was accepted",
 }
-"""The `stage` of every RecipeConfig key: `rsgen run --help` and the README key table group keys under these."""
+"""The `stage` of every RecipeConfig key: `rsgen run --help` and the key tables of docs/recipes.md group keys under these."""
+
+# Values of the field metadata `read_by` (which stages read a key; default: the stage its `stage` names) and `pin`.
+EVERY_STAGE = "*"
+MODEL_STAGES = ("generate", "explore", "judge", "blind")  # the stages that load a model (rsgen.engine.build_engine)
+# The verifier keys are read by the verify stage, which decides the stored responses again whenever they change (no
+# pin of its own: its work is redone, not refused). They pin the explore work: explore decides its samples as they
+# land and stops sampling a question on those decisions (`explore_stop: paired`), so other settings would need
+# other samples.
+VERIFY_PIN = "explore"
 
 
 @dataclass
 class RecipeConfig:
     """Everything a run needs. Every key can be set in the YAML file or overridden as `--key value`.
 
-    Each field carries `metadata={"stage": ..., "help": ...}`: `rsgen run --help` and the README key table are
-    built from it, so a new key is documented where it is declared.
+    Each field carries its description in `metadata`, read by everything that needs it (so a new key is
+    documented, and pinned, where it is declared):
+    - `stage`: the group it is listed under (`KEY_GROUPS`): `rsgen run --help` and the key tables of docs/recipes.md;
+    - `help`: one line;
+    - `read_by`: the stages that read it (default: the one `stage` names; `EVERY_STAGE`): each stage's `--help`;
+    - `pin`: the key is pinned with that stage's work (True: the stage `stage` names): a rerun that changes it
+      while the stage has work on disk is refused (`rsgen.pipeline`), and prepare's fingerprint is made of
+      prepare's pins. Keys that change speed, not results (`token_budget`, `checkpoint_every_items`, ...) have none.
     """
 
-    output_dir: str = field(default="runs/demo", metadata={"stage": "run", "help": "everything of a run lives here"})
+    output_dir: str = field(default="runs/demo", metadata={"stage": "run", "read_by": EVERY_STAGE, "help": "everything of a run lives here"})
 
-    model_name_or_path: str = field(default=DEMO_MODEL, metadata={"stage": "model", "help": "Hub id or local directory of an image-text-to-text model; required unless every source is the demo pool; `rsgen-demo` = the shipped 1.1M-parameter demo model (its card says so)"})
-    engine: str = field(default="transformers", metadata={"stage": "model", "help": "transformers = load the model here and batch `model.generate`; openai = send requests to OpenAI-compatible servers (vLLM, SGLang, `transformers serve`, hosted APIs; docs/engines.md)"})
-    engine_base_url: list[str] = field(default_factory=lambda: ["http://127.0.0.1:8000/v1"], metadata={"stage": "model", "help": "engine: openai — the server's API root, or a list of servers (a key always goes to the same one)"})
-    engine_judge_base_url: list[str] | None = field(default=None, metadata={"stage": "model", "help": "engine: openai — the judge's server(s); null = engine_base_url"})
-    engine_api_key_env: str | None = field(default=None, metadata={"stage": "model", "help": "engine: openai — the NAME of the environment variable holding the API key (the key itself is never written anywhere)"})
-    engine_max_concurrency: int = field(default=64, metadata={"stage": "model", "help": "engine: openai — requests in flight per process"})
-    engine_timeout_seconds: float = field(default=600.0, metadata={"stage": "model", "help": "engine: openai — most seconds one request may take"})
-    engine_max_retries: int = field(default=5, metadata={"stage": "model", "help": "engine: openai — retries of a request (backoff) on connection errors, 429 (Retry-After) and 5xx before the run stops"})
-    engine_server: str | None = field(default=None, metadata={"stage": "model", "help": "engine: openai — vllm, sglang or transformers: rsgen starts that server for the model at engine_base_url on each machine and stops it at the end (log: OUTPUT_DIR/work/server.log); null = use the servers as given"})
-    engine_server_args: list[str] = field(default_factory=list, metadata={"stage": "model", "help": "engine: openai — extra command-line flags of the server rsgen starts, e.g. [--data-parallel-size, '8']"})
-    model_revision: str | None = field(default=None, metadata={"stage": "model", "help": "pin a Hub commit of the model"})
-    torch_dtype: str = field(default="auto", metadata={"stage": "model", "help": "auto = the dtype the checkpoint was saved in; or bfloat16, float16, float32"})
-    attn_implementation: str = field(default="auto", metadata={"stage": "model", "help": "auto = flash_attention_2 when flash_attn imports and CUDA is present, else sdpa"})
-    trust_remote_code: bool = field(default=False, metadata={"stage": "model", "help": "allow model code from the Hub repository"})
+    model_name_or_path: str = field(default=DEMO_MODEL, metadata={"stage": "model", "pin": "generate", "read_by": (*MODEL_STAGES, "emit"), "help": "Hub id or local directory of an image-text-to-text model; required unless every source is the demo pool; `rsgen-demo` = the shipped 1.1M-parameter demo model (its card says so)"})
+    engine: str = field(default="transformers", metadata={"stage": "model", "pin": "generate", "read_by": MODEL_STAGES, "help": "transformers = load the model here and batch `model.generate`; openai = send requests to OpenAI-compatible servers (vLLM, SGLang, `transformers serve`, hosted APIs; docs/engines.md)"})
+    engine_base_url: list[str] = field(default_factory=lambda: ["http://127.0.0.1:8000/v1"], metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — the server's API root, or a list of servers (a key always goes to the same one)"})
+    engine_judge_base_url: list[str] | None = field(default=None, metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — the judge's server(s); null = engine_base_url"})
+    engine_api_key_env: str | None = field(default=None, metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — the NAME of the environment variable holding the API key (the key itself is never written anywhere)"})
+    engine_max_concurrency: int = field(default=64, metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — requests in flight per process"})
+    engine_timeout_seconds: float = field(default=600.0, metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — most seconds one request may take"})
+    engine_max_retries: int = field(default=5, metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — retries of a request (backoff) on connection errors, 429 (Retry-After) and 5xx before the run stops"})
+    engine_server: str | None = field(default=None, metadata={"stage": "model", "pin": "generate", "read_by": MODEL_STAGES, "help": "engine: openai — vllm, sglang or transformers: rsgen starts that server for the model at engine_base_url on each machine and stops it at the end (log: OUTPUT_DIR/work/server.log); null = use the servers as given"})
+    engine_server_args: list[str] = field(default_factory=list, metadata={"stage": "model", "pin": "generate", "read_by": MODEL_STAGES, "help": "engine: openai — extra command-line flags of the server rsgen starts, e.g. [--data-parallel-size, '8']"})
+    model_revision: str | None = field(default=None, metadata={"stage": "model", "pin": "generate", "read_by": (*MODEL_STAGES, "emit"), "help": "pin a Hub commit of the model"})
+    torch_dtype: str = field(default="auto", metadata={"stage": "model", "pin": "generate", "read_by": MODEL_STAGES, "help": "auto = the dtype the checkpoint was saved in; or bfloat16, float16, float32"})
+    attn_implementation: str = field(default="auto", metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "auto = flash_attention_2 when flash_attn imports and CUDA is present, else sdpa"})
+    trust_remote_code: bool = field(default=False, metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "allow model code from the Hub repository"})
 
-    sources: list[SourceConfig] = field(default_factory=list, metadata={"stage": "prepare", "help": "list of pools (YAML mappings of the source keys below)"})
-    instruction: str = field(default="Answer in short without any other content.", metadata={"stage": "prepare", "help": "appended to every question on a new line"})
-    max_image_pixels: int = field(default=89_478_485, metadata={"stage": "prepare", "help": "larger images are dropped (PIL's decompression-bomb limit)"})
-    max_aspect_ratio: float = field(default=200.0, metadata={"stage": "prepare", "help": "images more elongated than this are dropped"})
+    sources: list[SourceConfig] = field(default_factory=list, metadata={"stage": "prepare", "pin": True, "read_by": ("prepare", "emit"), "help": "list of pools (YAML mappings of the source keys below)"})
+    instruction: str = field(default="Answer in short without any other content.", metadata={"stage": "prepare", "pin": True, "read_by": ("prepare", "emit"), "help": "appended to every question on a new line"})
+    max_image_pixels: int = field(default=89_478_485, metadata={"stage": "prepare", "pin": True, "help": "larger images are dropped (PIL's decompression-bomb limit)"})
+    max_aspect_ratio: float = field(default=200.0, metadata={"stage": "prepare", "pin": True, "help": "images more elongated than this are dropped"})
+    decontaminate: list[SourceConfig] = field(default_factory=list, metadata={"stage": "prepare", "pin": True, "help": "evaluation sets, in the form of `sources` (family not needed): pool images that copy one of their images and pool questions that share half their word 8-grams with one of their questions are dropped (docs/decontamination.md)"})
+    blind_check: str = field(default="off", metadata={"stage": "blind", "read_by": ("blind", "emit"), "help": "off | flag | drop: ask every accepted pair again without its image; a pair whose blind answer verifies is blind-solvable: flag counts it (stats, card), drop also removes it from the RS splits and views (reason blind_solvable)"})
     prepare_num_proc: int = field(default=2, metadata={"stage": "prepare", "help": "processes cleaning the pool"})
 
-    enable_thinking: bool = field(default=True, metadata={"stage": "generate", "help": "reasoning on: passed to the chat template as enable_thinking"})
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict, metadata={"stage": "generate", "help": "more keyword arguments for the chat template"})
-    max_new_tokens: int = field(default=2048, metadata={"stage": "generate", "help": "most tokens generated per answer"})
-    temperature: float = field(default=0.0, metadata={"stage": "generate", "help": "0 = greedy"})
-    top_p: float = field(default=1.0, metadata={"stage": "generate", "help": "nucleus sampling (with temperature > 0)"})
-    num_samples: int = field(default=1, metadata={"stage": "generate", "help": "answers per question (> 1 needs temperature > 0)"})
-    seed: int = field(default=0, metadata={"stage": "generate", "help": "sampling seed"})
-    token_budget: int = field(default=32768, metadata={"stage": "generate", "help": "padded prompt+generation tokens per batch"})
-    max_batch_size: int = field(default=256, metadata={"stage": "generate", "help": "most rows per batch"})
-    checkpoint_every_items: int = field(default=256, metadata={"stage": "generate", "help": "write a checkpoint after this many answers"})
-    checkpoint_every_seconds: float = field(default=60.0, metadata={"stage": "generate", "help": "... or after this many seconds"})
+    enable_thinking: bool = field(default=True, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "explore", "emit", "blind"), "help": "reasoning on: passed to the chat template as enable_thinking"})
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "explore", "emit", "blind"), "help": "more keyword arguments for the chat template"})
+    max_new_tokens: int = field(default=2048, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "explore", "emit", "blind"), "help": "most tokens generated per answer"})
+    temperature: float = field(default=0.0, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "emit", "blind"), "help": "0 = greedy"})
+    top_p: float = field(default=1.0, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "emit", "blind"), "help": "nucleus sampling (with temperature > 0)"})
+    num_samples: int = field(default=1, metadata={"stage": "generate", "pin": True, "read_by": ("generate", "verify", "judge", "emit"), "help": "answers per question (> 1 needs temperature > 0)"})
+    seed: int = field(default=0, metadata={"stage": "generate", "pin": True, "read_by": MODEL_STAGES, "help": "sampling seed"})
+    token_budget: int = field(default=32768, metadata={"stage": "generate", "read_by": MODEL_STAGES, "help": "padded prompt+generation tokens per batch"})
+    max_batch_size: int = field(default=256, metadata={"stage": "generate", "read_by": MODEL_STAGES, "help": "most rows per batch"})
+    checkpoint_every_items: int = field(default=256, metadata={"stage": "generate", "read_by": (*MODEL_STAGES, "verify"), "help": "write a checkpoint after this many answers"})
+    checkpoint_every_seconds: float = field(default=60.0, metadata={"stage": "generate", "read_by": (*MODEL_STAGES, "verify"), "help": "... or after this many seconds"})
 
-    explore_samples: int = field(default=0, metadata={"stage": "explore", "help": "sampled responses per question beyond the greedy one, at most (0 = no explore pass)"})
-    explore_temperature: float = field(default=1.0, metadata={"stage": "explore", "help": "sampling temperature of the explore pass"})
-    explore_top_p: float = field(default=1.0, metadata={"stage": "explore", "help": "nucleus sampling of the explore pass"})
-    explore_stop: str = field(default="paired", metadata={"stage": "explore", "help": "paired = stop sampling a question once it has a verified-correct and a verified-wrong response; never = draw all explore_samples (exact pass rates)"})
+    explore_samples: int = field(default=0, metadata={"stage": "explore", "pin": True, "read_by": ("explore", "judge", "emit"), "help": "sampled responses per question beyond the greedy one, at most (0 = no explore pass)"})
+    explore_temperature: float = field(default=1.0, metadata={"stage": "explore", "pin": True, "read_by": ("explore", "emit"), "help": "sampling temperature of the explore pass"})
+    explore_top_p: float = field(default=1.0, metadata={"stage": "explore", "pin": True, "read_by": ("explore", "emit"), "help": "nucleus sampling of the explore pass"})
+    explore_stop: str = field(default="paired", metadata={"stage": "explore", "pin": True, "read_by": ("explore", "emit"), "help": "paired = stop sampling a question once it has a verified-correct and a verified-wrong response; never = draw all explore_samples (exact pass rates)"})
 
-    verifier: str | dict[str, str] = field(default="relaxed", metadata={"stage": "verify", "help": "relaxed, exact, numeric, mc or math; or a mapping family -> verifier (`default:` for the rest)"})
-    numeric_tolerance: float = field(default=1e-6, metadata={"stage": "verify", "help": "relative tolerance of the numeric verifier"})
-    math_timeout_seconds: float = field(default=5.0, metadata={"stage": "verify", "help": "time limit of one math-verify comparison"})
+    verifier: str | dict[str, str] = field(default="relaxed", metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": ("generate", "verify", "explore", "judge", "emit", "blind"), "help": "relaxed, exact, numeric, mc or math; or a mapping family -> verifier (`default:` for the rest). Under every verifier a row with options is checked as multiple choice, so relaxed serves a family mixing multiple choice and free form; mc is refused for a family with rows without options"})
+    numeric_tolerance: float = field(default=1e-6, metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": ("generate", "verify", "explore", "judge", "emit", "blind"), "help": "relative tolerance of the numeric verifier"})
+    math_timeout_seconds: float = field(default=5.0, metadata={"stage": "verify", "pin": VERIFY_PIN, "read_by": ("generate", "verify", "explore", "emit", "blind"), "help": "time limit of one math-verify comparison"})
 
-    judge: bool = field(default=True, metadata={"stage": "judge", "help": "give verifier rejections a second, text-only look"})
-    judge_model_name_or_path: str | None = field(default=None, metadata={"stage": "judge", "help": "null = the generation model; a VLM or a text-only chat LM"})
-    judge_chat_template_kwargs: dict[str, Any] = field(default_factory=dict, metadata={"stage": "judge", "help": "chat template keyword arguments of the judge (not inherited from generation)"})
-    judge_prompt_file: str | None = field(default=None, metadata={"stage": "judge", "help": "null = the template shipped in rsgen/judge/"})
-    judge_max_new_tokens: int = field(default=1024, metadata={"stage": "judge", "help": "most tokens of one verdict"})
-    judge_calibration_size: int = field(default=60, metadata={"stage": "judge", "help": "verifier-accepted pairs the judge is calibrated on, and known-wrong pairs per family"})
-    judge_calibration_seed: int = field(default=0, metadata={"stage": "judge", "help": "seed drawing the calibration items"})
-    judge_scope: str = field(default="undecided", metadata={"stage": "judge", "help": "undecided: decisive mismatches (numbers outside the tolerance, different option letters) stay wrong_answer without the judge; all: judge them too"})
-    judge_min_specificity: float = field(default=0.95, metadata={"stage": "judge", "help": "leniency gate: in a family whose judge rejects fewer known-wrong pairs, its promotions are withheld (0 = off)"})
+    judge: bool = field(default=True, metadata={"stage": "judge", "read_by": ("judge", "explore", "emit", "blind"), "help": "give verifier rejections a second, text-only look"})
+    judge_model_name_or_path: str | None = field(default=None, metadata={"stage": "judge", "pin": True, "read_by": ("judge", "emit"), "help": "null = the generation model; a VLM or a text-only chat LM"})
+    judge_chat_template_kwargs: dict[str, Any] = field(default_factory=dict, metadata={"stage": "judge", "pin": True, "help": "chat template keyword arguments of the judge (not inherited from generation)"})
+    judge_prompt_file: str | None = field(default=None, metadata={"stage": "judge", "pin": True, "help": "null = the template shipped in rsgen/judge/"})
+    judge_max_new_tokens: int = field(default=1024, metadata={"stage": "judge", "pin": True, "help": "most tokens of one verdict"})
+    judge_calibration_size: int = field(default=60, metadata={"stage": "judge", "pin": True, "help": "verifier-accepted pairs the judge is calibrated on, and known-wrong pairs per family"})
+    judge_calibration_seed: int = field(default=0, metadata={"stage": "judge", "pin": True, "help": "seed drawing the calibration items"})
+    judge_scope: str = field(default="undecided", metadata={"stage": "judge", "read_by": ("judge", "explore", "emit", "blind"), "help": "undecided: decisive mismatches (numbers outside the tolerance, different option letters) stay wrong_answer without the judge; all: judge them too"})
+    judge_min_specificity: float = field(default=0.95, metadata={"stage": "judge", "read_by": ("judge", "emit", "blind"), "help": "leniency gate: in a family whose judge rejects fewer known-wrong pairs, its promotions are withheld (0 = off)"})
+    judge_min_recall: float = field(default=0.5, metadata={"stage": "judge", "read_by": ("judge", "emit"), "help": "report-only: a family whose judge calls fewer known-right pairs CORRECT is reported as one where the judge adds little"})
 
-    shard_size_mb: int = field(default=500, metadata={"stage": "emit", "help": "parquet shard size of prepared/ and dataset/"})
+    shard_size_mb: int = field(default=500, metadata={"stage": "emit", "read_by": ("prepare", "emit"), "help": "parquet shard size of prepared/ and dataset/"})
     views: list[str] | None = field(default=None, metadata={"stage": "emit", "help": "TRL views written next to the three splits, e.g. [sft] (null = all: sft, dpo, and with explore_samples > 0 dpo_onpolicy, grpo); each view stores its images again"})
     sft_keep_reasoning: bool = field(default=True, metadata={"stage": "emit", "help": "`_sft` completion is the full response (true) or the answer alone (false)"})
     num_card_examples: int = field(default=3, metadata={"stage": "emit", "help": "examples shown per family in the card"})
+    card_template: str | None = field(default=None, metadata={"stage": "emit", "help": "a Jinja card template of your own, rendered with huggingface_hub's DatasetCard.from_template and the figures of rsgen.emit.card.card_context (null = rsgen/emit/card_template.md)"})
     license: str = field(default="other", metadata={"stage": "emit", "help": "the card's license (a Hub license id)"})
     license_name: str | None = field(default=None, metadata={"stage": "emit", "help": "with license: other, its name on the card (null = derived-from-sources: the sources' and the model's terms)"})
     task_categories: list[str] = field(default_factory=lambda: ["visual-question-answering"], metadata={"stage": "emit", "help": "the card's task categories"})
@@ -152,6 +173,13 @@ class RecipeConfig:
     hub_dataset_id: str | None = field(default=None, metadata={"stage": "emit", "help": "USER/NAME of the dataset repository to upload to"})
     hub_private: bool = field(default=False, metadata={"stage": "emit", "help": "create the repository private"})
     demo: bool = field(default=False, metadata={"stage": "emit", "help": "the card says this is a demo dataset (it always does when the demo model answered or judged)"})
+
+    iterate_rounds: int = field(default=2, metadata={"stage": "iterate", "help": "fine-tuning rounds: round k answers with model k (model 0 = model_name_or_path) and trains model k+1 on its accepted pairs; rounds 0..iterate_rounds are measured"})
+    iterate_train: dict[str, Any] = field(default_factory=dict, metadata={"stage": "iterate", "pin": True, "help": "TRL SFTConfig arguments of each round's fine-tuning, e.g. {learning_rate: 2.0e-5, num_train_epochs: 1} (output_dir is rsgen's)"})
+    iterate_from: str = field(default="previous", metadata={"stage": "iterate", "pin": True, "help": "previous = round k fine-tunes model k (STaR-style); base = every round fine-tunes model_name_or_path afresh (ReST-EM)"})
+    iterate_dpo: dict[str, Any] | None = field(default=None, metadata={"stage": "iterate", "pin": True, "help": "TRL DPOConfig arguments of a DPO step after each round's SFT, on the round's _dpo_onpolicy pairs of the training slice (needs explore_samples > 0); null = SFT only"})
+    iterate_eval_fraction: float = field(default=0.2, metadata={"stage": "iterate", "pin": True, "help": "share of each family's images held out: measured every round, never trained on"})
+    iterate_stop_when_worse: bool = field(default=True, metadata={"stage": "iterate", "help": "stop when a round's held-out verifier accept rate falls below the round before"})
 
     # ------------------------------------------------------------------ helpers
 
@@ -181,11 +209,27 @@ def _fields(cls) -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(cls)}
 
 
-def _unknown_key_error(key: str, cls, where: str) -> RecipeError:
-    known = sorted(_fields(cls))
-    close = difflib.get_close_matches(key, known, n=3)
-    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return RecipeError(f"unknown key {key!r} in {where}.{hint} Known keys: {', '.join(known)}")
+def _unknown_key_error(key: str, cls, where: str, flag: bool = False, value: Any = None) -> RecipeError:
+    """The error for a key `cls` does not have: where it came from (a recipe file, a `sources` entry, `--key` on the
+    command line), the closest known keys, and for a source key given where recipe keys go, where it belongs.
+    `flag`: the key was a command-line `--key` (with `value`)."""
+    name = f"--{key}" if flag else repr(key)
+    said = f"unknown key {name} {'on the command line' if flag else 'in ' + where}."
+    if cls is RecipeConfig and key in _fields(SourceConfig):
+        entry = {"dataset_name": DEMO_DATASET, "family_column": "family"} if key.startswith("demo_") else \
+            {"data_files": ["pool.jsonl"], "family": "MyFamily"}
+        entry[key] = value if value is not None else "..."
+        example = yaml.safe_dump([entry], default_flow_style=True, sort_keys=False, width=1000).strip()
+        return RecipeError(
+            f"{said} {key!r} is a source key: it belongs inside an entry of `sources:` in the recipe file; on the "
+            f"command line give the whole list (it replaces the recipe's): --sources '{example}'"
+        )
+    close = difflib.get_close_matches(key, sorted(_fields(cls)), n=3)
+    prefix = "--" if flag else ""
+    hint = f" Did you mean {', '.join(prefix + c if flag else repr(c) for c in close)}?" if close else ""
+    listing = "`rsgen run --help` lists every recipe key" if cls is RecipeConfig else \
+        "`rsgen run --help` lists every source key at its end"
+    return RecipeError(f"{said}{hint} ({listing})")
 
 
 def _check_type(name: str, value: Any, f: dataclasses.Field, where: str) -> Any:
@@ -222,8 +266,9 @@ def _check_type(name: str, value: Any, f: dataclasses.Field, where: str) -> Any:
     return value
 
 
-def source_from_dict(raw: dict[str, Any], index: int = 0) -> SourceConfig:
-    where = f"sources[{index}]"
+def source_from_dict(raw: dict[str, Any], index: int = 0, listed_in: str = "sources") -> SourceConfig:
+    """An entry of `sources` (or, listed_in="decontaminate", an evaluation set: no family needed)."""
+    where = f"{listed_in}[{index}]"
     if not isinstance(raw, dict):
         raise RecipeError(f"{where} must be a mapping of source keys, got {raw!r}")
     fields = _fields(SourceConfig)
@@ -237,21 +282,25 @@ def source_from_dict(raw: dict[str, Any], index: int = 0) -> SourceConfig:
         raise RecipeError(f"{where}: format {src.format!r} is not one of flat, cauldron, llava")
     if not (src.dataset_name or src.data_files or src.data_dir):
         raise RecipeError(f"{where}: set one of dataset_name (Hub), data_files (local files) or data_dir (image folder)")
+    if listed_in == "decontaminate" and not (src.family or src.family_column):
+        src.family = "evaluation"  # an evaluation set is read, never emitted: its family names nothing
     if not (src.family or src.family_column):
         raise RecipeError(f"{where}: set `family: NAME` or `family_column: COLUMN`")
     return src
 
 
-def recipe_from_dict(raw: dict[str, Any], where: str = "recipe") -> RecipeConfig:
+def recipe_from_dict(raw: dict[str, Any], where: str = "recipe", flags: frozenset[str] = frozenset()) -> RecipeConfig:
+    """`flags`: the keys that came from the command line (their errors say so)."""
     fields = _fields(RecipeConfig)
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in fields:
-            raise _unknown_key_error(key, RecipeConfig, where)
-        if key == "sources":
+            raise _unknown_key_error(key, RecipeConfig, where, flag=key in flags, value=value)
+        if key in ("sources", "decontaminate"):
             if not isinstance(value, list):
-                raise RecipeError(f"{where}: `sources` must be a list of source mappings")
-            kwargs[key] = [v if isinstance(v, SourceConfig) else source_from_dict(v, i) for i, v in enumerate(value)]
+                raise RecipeError(f"{where}: `{key}` must be a list of source mappings")
+            kwargs[key] = [v if isinstance(v, SourceConfig) else source_from_dict(v, i, key)
+                           for i, v in enumerate(value)]
         else:
             kwargs[key] = _check_type(key, value, fields[key], where)
     recipe = RecipeConfig(**kwargs)
@@ -267,6 +316,8 @@ def recipe_from_dict(raw: dict[str, Any], where: str = "recipe") -> RecipeConfig
 
 
 def validate_recipe(recipe: RecipeConfig) -> None:
+    if recipe.blind_check not in ("off", "flag", "drop"):
+        raise RecipeError(f"blind_check must be off, flag or drop, got {recipe.blind_check!r}")
     if recipe.max_new_tokens < 1:
         raise RecipeError(f"max_new_tokens must be >= 1, got {recipe.max_new_tokens}")
     if recipe.num_samples < 1:
@@ -280,6 +331,12 @@ def validate_recipe(recipe: RecipeConfig) -> None:
                           f"got {recipe.judge_min_specificity!r}")
     if recipe.judge_calibration_size < 0:
         raise RecipeError(f"judge_calibration_size must be >= 0, got {recipe.judge_calibration_size}")
+    if recipe.judge and recipe.judge_calibration_size == 0 and recipe.judge_min_specificity > 0:
+        raise RecipeError("judge_calibration_size: 0 with judge: true leaves the leniency gate nothing to measure, so "
+                          "no promotion could ever count; set judge_calibration_size > 0 (default 60), or "
+                          "judge_min_specificity: 0 to turn the gate off, or judge: false")
+    if not 0 <= recipe.judge_min_recall <= 1:
+        raise RecipeError(f"judge_min_recall must be between 0 and 1, got {recipe.judge_min_recall!r}")
     if recipe.explore_samples < 0:
         raise RecipeError(f"explore_samples must be >= 0 (0 = no explore pass), got {recipe.explore_samples}")
     if recipe.explore_samples and recipe.num_samples > 1:
@@ -292,6 +349,12 @@ def validate_recipe(recipe: RecipeConfig) -> None:
     if recipe.explore_stop not in ("paired", "never"):
         raise RecipeError(f"explore_stop must be paired or never, got {recipe.explore_stop!r}")
     _validate_engine(recipe)
+    if recipe.iterate_rounds < 0:
+        raise RecipeError(f"iterate_rounds must be >= 0 (0 = measure the base model only), got {recipe.iterate_rounds}")
+    if recipe.iterate_from not in ("previous", "base"):
+        raise RecipeError(f"iterate_from must be previous or base, got {recipe.iterate_from!r}")
+    if not 0 < recipe.iterate_eval_fraction < 1:
+        raise RecipeError(f"iterate_eval_fraction must be between 0 and 1 (exclusive), got {recipe.iterate_eval_fraction!r}")
     if recipe.push_to_hub and not recipe.hub_dataset_id:
         raise RecipeError("push_to_hub: true needs hub_dataset_id: USER/NAME")
     from rsgen.verify import VERIFIERS  # late import: verify imports nothing from config
@@ -388,16 +451,42 @@ def load_recipe(path: str | os.PathLike | None, overrides: dict[str, Any] | list
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
     raw.update(overrides or {})
-    return recipe_from_dict(raw, where=str(path) if path else "command line")
+    return recipe_from_dict(raw, where=str(path) if path else "command line", flags=frozenset(overrides or ()))
 
 
-# ---------------------------------------------------------------------- documentation from the field metadata
+# ---------------------------------------------------------------------- what the field metadata says
+
+
+def recipe_fields() -> tuple[dataclasses.Field, ...]:
+    """RecipeConfig's fields in declaration order (everything that reads the metadata goes through here)."""
+    return dataclasses.fields(RecipeConfig)
+
+
+def pinned_by(f: dataclasses.Field) -> str | None:
+    """The stage whose work key `f`'s value is pinned with, or None."""
+    pin = f.metadata.get("pin")
+    return f.metadata["stage"] if pin is True else pin or None
+
+
+def readers(f: dataclasses.Field) -> tuple[str, ...] | str:
+    """The stages that read key `f` (or EVERY_STAGE)."""
+    return f.metadata.get("read_by", (f.metadata["stage"],))
+
+
+def pinned_keys(stage: str) -> tuple[str, ...]:
+    """The recipe keys pinned with `stage`'s work, in declaration order."""
+    return tuple(f.name for f in recipe_fields() if pinned_by(f) == stage)
+
+
+def keys_read_by(stage: str) -> tuple[str, ...]:
+    """The recipe keys `stage` reads, in declaration order."""
+    return tuple(f.name for f in recipe_fields() if readers(f) == EVERY_STAGE or stage in readers(f))
 
 
 def recipe_keys_by_stage() -> dict[str, list[dataclasses.Field]]:
-    """RecipeConfig's fields grouped by their `stage` metadata, stages in STAGES order, fields in declaration order."""
-    groups: dict[str, list[dataclasses.Field]] = {stage: [] for stage in STAGES}
-    for f in dataclasses.fields(RecipeConfig):
+    """RecipeConfig's fields grouped by their `stage` metadata, stages in KEY_GROUPS order, fields in declaration order."""
+    groups: dict[str, list[dataclasses.Field]] = {stage: [] for stage in KEY_GROUPS}
+    for f in recipe_fields():
         groups[f.metadata["stage"]].append(f)
     return groups
 
@@ -419,17 +508,24 @@ def default_text(f: dataclasses.Field) -> str:
 
 
 def keys_markdown() -> str:
-    """The README's key tables, generated from the field metadata (scripts/update_readme_keys.py writes them)."""
+    """The key tables of docs/recipes.md, generated from the field metadata (scripts/update_readme_keys.py writes them):
+    per key its default, the stages that read it (the one whose work it is pinned with in bold) and its help."""
 
-    def row(f):
+    def default_cell(f):
         default = default_text(f)
-        return f"| `{f.name}` | {f'`{default}`' if default else ''} | {f.metadata['help']} |"
+        return f"`{default}`" if default else ""
+
+    def read_by(f):
+        if readers(f) == EVERY_STAGE:
+            return "every stage"
+        return ", ".join(f"**{stage}**" if stage == pinned_by(f) else stage for stage in readers(f))
 
     lines = []
     for stage, fields in recipe_keys_by_stage().items():
-        lines += [f"**{stage}**: {STAGES[stage]}", "", "| key | default | |", "| --- | --- | --- |"]
-        lines += [row(f) for f in fields] + [""]
+        lines += [f"**{stage}**: {KEY_GROUPS[stage]}", "", "| key | default | read by (**pinned**) | |",
+                  "| --- | --- | --- | --- |"]
+        lines += [f"| `{f.name}` | {default_cell(f)} | {read_by(f)} | {f.metadata['help']} |" for f in fields] + [""]
     lines += ["**sources**: each entry of `sources:`", "", "| key | default | |", "| --- | --- | --- |"]
-    lines += [row(f) for f in dataclasses.fields(SourceConfig)]
+    lines += [f"| `{f.name}` | {default_cell(f)} | {f.metadata['help']} |" for f in dataclasses.fields(SourceConfig)]
     return "\n".join(lines) + "\n"
 

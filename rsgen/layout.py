@@ -37,6 +37,17 @@ class OutputLayout:
         return self.work / "generate"
 
     @property
+    def verify_work(self) -> Path:
+        """CheckpointStore parts of the verify stage (one decision per generate record) and `settings.json`, the
+        verifier settings they were made with."""
+        return self.work / "verify"
+
+    @property
+    def verify_previous(self) -> Path:
+        """The decisions of the previous verifier settings while verify decides again (to count what changed)."""
+        return self.work / "verify.previous"
+
+    @property
     def explore_work(self) -> Path:
         """CheckpointStore parts of the explore stage (one record per sampled response, key "{id}#{sample}")."""
         return self.work / "explore"
@@ -45,6 +56,11 @@ class OutputLayout:
     def explore_pass_rates(self) -> Path:
         """One JSON line per explored question: samples drawn, verified correct, pass rate (written by explore)."""
         return self.work / "explore_pass_rates.jsonl"
+
+    @property
+    def blind_work(self) -> Path:
+        """Blind-check records: accepted pairs asked again without their image."""
+        return self.work / "blind"
 
     @property
     def judge_work(self) -> Path:
@@ -63,3 +79,33 @@ class OutputLayout:
     @property
     def stats_json(self) -> Path:
         return self.root / "stats.json"
+
+    # `rsgen iterate`: OUTPUT_DIR holds the pool prepared once, one pipeline output directory per round, the
+    # models the rounds trained, and the final dataset built from every round (dataset/, stats.json as above).
+
+    @property
+    def iterate_json(self) -> Path:
+        """The loop's state and figures: held-out slice, per round its model, accept rates, training loss."""
+        return self.root / "iterate.json"
+
+    @property
+    def held_out_images(self) -> Path:
+        """The image sha256s of the held-out slice, one a line (fixed when the loop starts)."""
+        return self.root / "held_out_images.txt"
+
+    def round_dir(self, k: int) -> Path:
+        """Round k's pipeline output directory (a complete `rsgen run` output, answered by model k)."""
+        return self.root / "rounds" / str(k)
+
+    def round_training(self, k: int, kind: str = "sft") -> Path:
+        """TRL's output_dir of round k's fine-tuning (its checkpoints, resumed from after a kill): training/ for
+        SFT, training_dpo/ for the DPO step."""
+        return self.round_dir(k) / ("training" if kind == "sft" else f"training_{kind}")
+
+    def round_sft_model(self, k: int) -> Path:
+        """Round k's SFT model when a DPO step follows it (model k+1 is the DPO result)."""
+        return self.round_dir(k) / "sft_model"
+
+    def model_dir(self, k: int) -> Path:
+        """Model k (k >= 1), trained by round k - 1; model 0 is the recipe's model_name_or_path."""
+        return self.root / "models" / str(k)

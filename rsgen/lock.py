@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import json
 import logging
 import os
@@ -36,6 +37,30 @@ STALE_SECONDS = 600.0
 
 class OutputDirBusy(RecipeError):
     """Another live run holds the output directory (a RecipeError: the CLI exits with code 2)."""
+
+
+class OutputDirUnwritable(RecipeError):
+    """The output directory, its lock or its first file cannot be created (a RecipeError: exit code 2)."""
+
+
+def unwritable(output_dir: str | os.PathLike, err: OSError, creating: str | None = None) -> OutputDirUnwritable:
+    """One line: the output_dir, what the system said and what it was creating (`creating`, else the error's file)."""
+    creating = creating or (repr(str(err.filename)) if err.filename else None)
+    what = (err.strerror or type(err).__name__) + (f" creating {creating}" if creating else "")
+    return OutputDirUnwritable(f"output_dir {str(output_dir)!r} cannot be written ({what}); set output_dir to a "
+                               "folder you can write, or fix its permissions")
+
+
+@contextlib.contextmanager
+def output_dir_errors(output_dir: str | os.PathLike) -> Iterator[None]:
+    """Any OSError of the block (creating output_dir, its lock, its first file) as one line naming the folder. A
+    full disk stays an OSError: the CLI says so, and that a rerun continues."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise unwritable(output_dir, err) from None
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -82,7 +107,8 @@ class OutputDirLock:
         self._heartbeat: threading.Thread | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with output_dir_errors(self.path.parent):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(10):  # a few rounds: other runs may be taking over the same stale lock
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -95,6 +121,10 @@ class OutputDirLock:
                     raise OutputDirBusy(self._busy_message(text)) from None
                 self._take_over(text, stale)
                 continue
+            except OSError as err:
+                if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                raise unwritable(self.path.parent, err) from None
             with os.fdopen(fd, "w") as fh:
                 fh.write(json.dumps(self.holder) + "\n")
                 fh.flush()
@@ -181,18 +211,18 @@ def locked_output_dir(output_dir: str | os.PathLike, state=None) -> Iterator[Non
     process takes it and every rank learns the outcome, so all ranks fail alike when it is busy."""
     lock = OutputDirLock(output_dir)
     main = state is None or state.is_main_process
-    error = None
+    error = None  # (kind, message): the outcome every rank learns
     if main:
         try:
             lock.acquire()
-        except OutputDirBusy as err:
-            error = str(err)
+        except (OutputDirBusy, OutputDirUnwritable) as err:
+            error = (type(err).__name__, str(err))
     if state is not None and state.num_processes > 1:
         from accelerate.utils import broadcast_object_list
 
         error = broadcast_object_list([error], from_process=0)[0]
     if error is not None:
-        raise OutputDirBusy(error)
+        raise {"OutputDirBusy": OutputDirBusy, "OutputDirUnwritable": OutputDirUnwritable}[error[0]](error[1])
     try:
         yield
     finally:

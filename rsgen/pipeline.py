@@ -1,64 +1,60 @@
-"""prepare -> generate -> explore -> judge -> emit, with barriers between stages, on one process or under accelerate.
+"""The pipeline: a list of stages (`STAGES`), run in order with barriers between them, on one process or under
+accelerate.
 
 Each stage is resumable on its own (its outputs on disk say what is finished), so `run` is simply every stage
-in order; a rerun redoes nothing finished. run.json pins, per stage, the keys that stage's work depends on: a
-rerun that changes a key of a stage with work on disk is refused (it would mix results of two setups); a key
-of a stage with no work yet may change, and the change is recorded in run.json.
+in order; a rerun redoes nothing finished. run.json pins, per stage, the recipe keys that stage's work depends on
+(the `pin` metadata of RecipeConfig's fields): a rerun that changes a key of a stage with work on disk is refused
+(it would mix results of two setups); a key of a stage with no work yet may change, and the change is recorded
+in run.json. Everything that walks the stages reads `STAGES`: adding a stage is one package and one entry here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import errno
 import importlib.metadata
 import json
+import logging
 import os
-from typing import Any
+import tempfile
+from typing import TYPE_CHECKING, Any
 
-from accelerate import PartialState
-
+from rsgen import blind, emit, explore, generate, judge, prepare, verification
 from rsgen.config import RecipeConfig, RecipeError
-from rsgen.emit import run_emit
-from rsgen.emit.stats import written_kinds
-from rsgen.engine import check_engine, resolve_model_path
 from rsgen.engine.server import serving
-from rsgen.explore import run_explore
-from rsgen.generate import run_generate
-from rsgen.judge import run_judge
 from rsgen.layout import OutputLayout
-from rsgen.lock import locked_output_dir
-from rsgen.prepare import run_prepare
-from rsgen.schema import prepared_shards
-from rsgen.store import distributed_state
+from rsgen.lock import locked_output_dir, output_dir_errors, unwritable
+from rsgen.stage import Stage
 
-# Explore runs before the judge: the judge grades the explore samples that need a verdict too.
-STAGES = ("prepare", "generate", "explore", "judge", "emit")
+if TYPE_CHECKING:
+    from accelerate import PartialState
 
-# Per stage: the keys its work depends on, and what on disk shows that it has work. Generate records carry the
-# verifier's decision, so the verifier keys belong to generate; the judge reads those decisions.
-STAGE_PINS: dict[str, tuple[str, ...]] = {
-    "prepare": ("sources", "instruction", "max_image_pixels", "max_aspect_ratio"),
-    "generate": ("model_name_or_path", "engine", "engine_server", "engine_server_args", "model_revision", "torch_dtype", "enable_thinking",
-                 "chat_template_kwargs", "max_new_tokens", "temperature", "top_p", "num_samples", "seed", "verifier",
-                 "numeric_tolerance", "math_timeout_seconds"),
-    "explore": ("explore_samples", "explore_temperature", "explore_top_p", "explore_stop"),
-    "judge": ("judge_model_name_or_path", "judge_chat_template_kwargs", "judge_prompt_file", "judge_max_new_tokens",
-              "judge_calibration_size", "judge_calibration_seed"),
-}
-PINNED_KEYS = tuple(key for keys in STAGE_PINS.values() for key in keys)
+logger = logging.getLogger(__name__)
+
+# Verify decides the stored responses before anything reads a decision; explore runs before the judge: the judge
+# grades the explore samples that need a verdict too.
+STAGES: tuple[Stage, ...] = (prepare.STAGE, generate.STAGE, verification.STAGE, explore.STAGE, judge.STAGE,
+                             blind.STAGE, emit.STAGE)
+
+
+
+def stage_pins() -> dict[str, tuple[str, ...]]:
+    """Per stage, the recipe keys its work depends on (stages without pins are left out). Read from STAGES when
+    asked, so a stage added to the list is pinned like the others."""
+    return {stage.name: stage.pins for stage in STAGES if stage.pins}
+
+
+def stage_named(name: str) -> Stage:
+    for stage in STAGES:
+        if stage.name == name:
+            return stage
+    raise RecipeError(f"unknown stage {name!r}; choose one of {', '.join(s.name for s in STAGES)}")
 
 
 def stage_work(layout: OutputLayout) -> dict[str, Any]:
-    """Per pinned stage, the path that holds its work, or None when it has none yet."""
-
-    def nonempty(path):
-        return path if path.is_dir() and any(path.iterdir()) else None
-
-    return {
-        "prepare": layout.prepared if layout.prepared.is_dir() else None,
-        "generate": nonempty(layout.generate_work),
-        "explore": nonempty(layout.explore_work),
-        "judge": nonempty(layout.judge_work),
-    }
+    """Per stage, the path that holds its work, or None when it has none yet."""
+    return {stage.name: stage.has_work(layout) for stage in STAGES}
 
 
 PACKAGES = ("rsgen", "torch", "transformers", "accelerate", "datasets", "trl", "evaluate", "math-verify", "huggingface_hub")
@@ -83,19 +79,17 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def changed_fields(key: str, old: Any, new: Any) -> list[tuple[str, Any, Any]]:
-    """(field, old, new) for each field that differs, looking inside `sources` (`sources[1].answer_column`)."""
+    """(field, old, new) for each field that differs, looking inside lists of mappings (`sources[1].answer_column`)."""
     if _same(old, new):
         return []
-    if key == "sources" and isinstance(old, list) and isinstance(new, list):
+    entries = [v for v in (old, new) if isinstance(v, list) and all(isinstance(e, dict) for e in v)]
+    if len(entries) == 2:
         out = []
         if len(old) != len(new):
-            out.append(("sources (number of entries)", len(old), len(new)))
+            out.append((f"{key} (number of entries)", len(old), len(new)))
         for i, (a, b) in enumerate(zip(old, new)):
-            if isinstance(a, dict) and isinstance(b, dict):
-                out += [(f"sources[{i}].{f}", a.get(f), b.get(f)) for f in sorted(set(a) | set(b))
-                        if not _same(a.get(f), b.get(f))]
-            elif not _same(a, b):
-                out.append((f"sources[{i}]", a, b))
+            out += [(f"{key}[{i}].{f}", a.get(f), b.get(f)) for f in sorted(set(a) | set(b))
+                    if not _same(a.get(f), b.get(f))]
         return out
     return [(key, old, new)]
 
@@ -103,15 +97,19 @@ def changed_fields(key: str, old: Any, new: Any) -> list[tuple[str, Any, Any]]:
 def check_and_write_run_json(recipe: RecipeConfig, state: PartialState) -> None:
     """Refuse a recipe that contradicts work on disk; record the resolved recipe, versions and allowed changes."""
     layout = OutputLayout(recipe.output_dir)
-    pinned = {k: recipe.to_dict()[k] for k in PINNED_KEYS}
+    pins = stage_pins()
+    values = recipe.to_dict()
+    pinned = {key: values[key] for keys in pins.values() for key in keys}
     previous: dict[str, Any] = {}
     changes: list[dict[str, Any]] = []
     if layout.run_json.exists():
         previous = json.loads(layout.run_json.read_text())
         old = previous.get("pinned", {})
         work = stage_work(layout)
+        if state.is_main_process:
+            _log_resume(layout, work)
         refused = []
-        for stage, keys in STAGE_PINS.items():
+        for stage, keys in pins.items():
             for key in keys:
                 if key not in old:
                     continue
@@ -129,10 +127,11 @@ def check_and_write_run_json(recipe: RecipeConfig, state: PartialState) -> None:
             )
     state.wait_for_everyone()
     if state.is_main_process:
-        layout.root.mkdir(parents=True, exist_ok=True)
+        with output_dir_errors(recipe.output_dir):
+            layout.root.mkdir(parents=True, exist_ok=True)
         run = {
             "pinned": pinned,
-            "recipe": recipe.to_dict(),
+            "recipe": values,
             "packages": _package_versions(),
             "model_revision": _model_revision(recipe),
             "world_size": state.num_processes,
@@ -143,7 +142,8 @@ def check_and_write_run_json(recipe: RecipeConfig, state: PartialState) -> None:
             # Keys changed while their stage had no work yet: allowed, and kept here.
             "recipe_changes": previous.get("recipe_changes", []) + changes,
         }
-        _write_json(layout.run_json, run)
+        with output_dir_errors(recipe.output_dir):  # the run's first file
+            _write_json(layout.run_json, run)
     state.wait_for_everyone()
 
 
@@ -151,6 +151,8 @@ def _model_revision(recipe: RecipeConfig) -> str | None:
     """The commit of a Hub model in the local cache, or the requested revision; None for local directories."""
     if recipe.model_revision:
         return recipe.model_revision
+    from rsgen.engine import resolve_model_path
+
     path = resolve_model_path(recipe.model_name_or_path)
     if os.path.isdir(path):
         return None
@@ -169,99 +171,125 @@ def _write_json(path, data) -> None:
     os.replace(tmp, path)
 
 
-def _mark_stage(recipe: RecipeConfig, stage: str, started: str) -> None:
+def _log_resume(layout: OutputLayout, work: dict[str, Any]) -> None:
+    """One line on what a rerun finds: the stages with work on disk (each resumes; what is finished is kept)."""
+    done = [name for name, path in work.items() if path is not None]
+    if done:
+        logger.info(f"resuming in {layout.root}: work on disk from {', '.join(done)}; "
+                    f"none yet from {', '.join(n for n in work if n not in done) or 'no other stage'}")
+
+
+def _mark_stage(recipe: RecipeConfig, stage: Stage, started: str) -> None:
     layout = OutputLayout(recipe.output_dir)
     run = json.loads(layout.run_json.read_text())
-    run.setdefault("stages", {})[stage] = {"started_at": started, "finished_at": _now()}
-    if stage == "emit":
+    # `position`: where it stands in STAGES, so readers (stats.json's per-stage times) list stages in this order.
+    run.setdefault("stages", {})[stage.name] = {"started_at": started, "finished_at": _now(),
+                                                "position": STAGES.index(stage)}
+    if stage is STAGES[-1]:  # the run is finished when its last stage is
         run["finished_at"] = _now()
     _write_json(layout.run_json, run)
 
 
 def check_output_dir(output_dir: str) -> None:
-    """The output directory can be written (checked on the nearest existing folder; nothing is created)."""
+    """The output directory can be written: tried, by making and removing a folder in the nearest existing one
+    (`os.access` says yes to root where nothing can be made, e.g. under /proc). Leaves nothing behind."""
     path = os.path.abspath(output_dir)
     if os.path.exists(path) and not os.path.isdir(path):
         raise RecipeError(f"output_dir {output_dir!r} is a file, not a directory; set output_dir to a directory")
     existing = path
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
-    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
-        raise RecipeError(f"output_dir {output_dir!r} cannot be written ({existing!r} is not writable): set "
-                          "output_dir to a folder you can write, or fix its permissions")
+    if not os.path.isdir(existing):
+        raise RecipeError(f"output_dir {output_dir!r} cannot be written ({existing!r} is a file); set output_dir to "
+                          "a folder you can write")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".rsgen-write-check-", dir=existing))
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise unwritable(output_dir, err, creating=f"a folder in {existing!r}") from None
 
 
-def check_before_work(recipe: RecipeConfig, stages: tuple[str, ...]) -> None:
-    """What can be known wrong before any work, each a one-line RecipeError naming the value and the fix: the
-    models of the stages to run (config only), the output directory, the prepared pool a later stage reads, the
-    emitted views, the Hub access of a push. Creates nothing."""
-    if "generate" in stages:
-        check_engine(recipe, "generate")
-    if "explore" in stages and recipe.explore_samples:
-        check_engine(recipe, "explore")
-    if "judge" in stages and recipe.judge:
-        check_engine(recipe, "judge")
+def check_before_work(recipe: RecipeConfig, stages: tuple[Stage, ...]) -> None:
+    """What can be known wrong before any work, each a one-line RecipeError naming the value and the fix: each
+    stage's own pre-flight `check` (models, views, Hub access), the output directory, and the prepared pool when
+    the run starts after the stage that writes it (every later stage reads it). Creates nothing."""
+    for stage in stages:
+        stage.check(recipe)
     check_output_dir(recipe.output_dir)
-    if "prepare" not in stages and not prepared_shards(recipe.output_dir):
-        prepared = OutputLayout(recipe.output_dir).prepared
-        raise RecipeError(f"no prepared pool in {str(prepared)!r}: run `rsgen prepare --config RECIPE` first "
-                          "(or check output_dir)")
-    if "emit" in stages:
-        written_kinds(recipe.views, explore=recipe.explore_samples > 0)
-        if recipe.push_to_hub:
-            from rsgen.emit.push import check_hub_access
+    if STAGES[0] not in stages:
+        from rsgen.schema import prepared_shards  # deferred: pyarrow
 
-            check_hub_access(recipe)
+        if not prepared_shards(recipe.output_dir):
+            prepared = OutputLayout(recipe.output_dir).prepared
+            raise RecipeError(f"no prepared pool in {str(prepared)!r}: run `rsgen {STAGES[0].name} --config RECIPE` "
+                              "first (or check output_dir)")
 
 
-def engine_roles(recipe: RecipeConfig, stages: tuple[str, ...]) -> tuple[str, ...]:
-    """The engine roles the stages will use (each stage that generates is a role of the same name)."""
-    wanted = {"generate": True, "explore": recipe.explore_samples > 0, "judge": recipe.judge}
-    return tuple(stage for stage in stages if wanted.get(stage, False))
+def engine_roles(recipe: RecipeConfig, stages: tuple[Stage, ...]) -> tuple[str, ...]:
+    """The engine roles the stages will use (each enabled stage that generates is a role of the same name)."""
+    roles = {"generate": True, "explore": recipe.explore_samples > 0, "judge": recipe.judge}
+    return tuple(stage.name for stage in stages if roles.get(stage.name, False))
 
 
-def run_stage(name: str, recipe: RecipeConfig, state: PartialState | None = None, checked: bool = False) -> None:
-    if name not in STAGES:
-        raise RecipeError(f"unknown stage {name!r}; choose one of {', '.join(STAGES)}")
-    state = state or distributed_state()
+@contextlib.contextmanager
+def _left_as_it_was_on_recipe_error(recipe: RecipeConfig, state: PartialState):
+    """A recipe error that left nothing but the run.json this run wrote (a JSON source without a named key, found as
+    prepare reads it) takes back that run.json and the output_dir it created, so the corrected recipe starts there
+    as on a fresh folder. (Errors found before the run starts never write anything: `check_before_work`.)"""
+    layout = OutputLayout(recipe.output_dir)
+    existed = layout.root.is_dir()
+    before = {p.name for p in layout.root.iterdir()} if existed else set()
+    try:
+        yield
+    except RecipeError:
+        made = ({p.name for p in layout.root.iterdir()} if layout.root.is_dir() else set()) - before
+        if state.is_main_process and made == {layout.run_json.name}:
+            layout.run_json.unlink()
+            if not existed:
+                with contextlib.suppress(OSError):  # only when empty: nothing else is removed
+                    layout.root.rmdir()
+        raise
+
+
+def run_stage(name: str | Stage, recipe: RecipeConfig, state: PartialState | None = None,
+              checked: bool = False) -> None:
+    stage = name if isinstance(name, Stage) else stage_named(name)
+    state = state or _distributed_state()
     if checked:  # run_pipeline checked once for every stage and holds the output_dir lock
-        _run_stage_work(name, recipe, state)
+        _run_stage_work(stage, recipe, state)
         return
-    check_before_work(recipe, (name,))
-    with locked_output_dir(recipe.output_dir, state), serving(recipe, state, engine_roles(recipe, (name,))):
+    check_before_work(recipe, (stage,))
+    with _left_as_it_was_on_recipe_error(recipe, state), locked_output_dir(recipe.output_dir, state), \
+            serving(recipe, state, engine_roles(recipe, (stage,))):
         # Every stage checks the recipe against the work on disk (emit writes what the work says).
         check_and_write_run_json(recipe, state)
-        _run_stage_work(name, recipe, state)
+        _run_stage_work(stage, recipe, state)
 
 
-def _run_stage_work(name: str, recipe: RecipeConfig, state: PartialState) -> None:
+def _run_stage_work(stage: Stage, recipe: RecipeConfig, state: PartialState) -> None:
     started = _now()
-    if name == "prepare":
-        # Prepare is cheap next to generation and writes shared files: the main process does it.
-        if state.is_main_process:
-            run_prepare(recipe)
-    elif name == "generate":
-        run_generate(recipe, state)
-    elif name == "explore":
-        run_explore(recipe, state)
-    elif name == "judge":
-        run_judge(recipe, state)
-    elif name == "emit":
-        if state.is_main_process:
-            run_emit(recipe)
+    if stage.every_process or state.is_main_process:
+        stage.run(recipe, state)
     state.wait_for_everyone()
     if state.is_main_process and OutputLayout(recipe.output_dir).run_json.exists():
-        _mark_stage(recipe, name, started)
+        _mark_stage(recipe, stage, started)
     state.wait_for_everyone()
 
 
 def run_pipeline(recipe: RecipeConfig) -> None:
     check_before_work(recipe, STAGES)  # a wrong model or output_dir fails here, before prepare
-    state = distributed_state()
+    state = _distributed_state()
     # A server rsgen starts itself (engine_server) answers before prepare and is stopped at the end, on error too.
-    with locked_output_dir(recipe.output_dir, state), serving(recipe, state, engine_roles(recipe, STAGES)):
+    with _left_as_it_was_on_recipe_error(recipe, state), locked_output_dir(recipe.output_dir, state), \
+            serving(recipe, state, engine_roles(recipe, STAGES)):
         check_and_write_run_json(recipe, state)
         for stage in STAGES:
-            if stage == "explore" and not recipe.explore_samples:
-                continue  # off by default: not run, not recorded in run.json
-            run_stage(stage, recipe, state, checked=True)
+            if stage.enabled(recipe):  # off (explore without explore_samples): not run, not recorded in run.json
+                run_stage(stage, recipe, state, checked=True)
+
+
+def _distributed_state():
+    from rsgen.store import distributed_state  # deferred: torch and accelerate load when a stage runs
+
+    return distributed_state()

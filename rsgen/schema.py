@@ -1,5 +1,5 @@
 """The written schema between stages: features of the prepared pool and of the emitted splits, the fields of the
-work records, and how to read the prepared pool. A stage reads another stage's output only through what is
+work records (`rsgen.records`), and how to read the prepared pool. A stage reads another stage's output only through what is
 defined here."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from datasets import Features, Image, List, Value
 
 from rsgen.layout import OutputLayout
+from rsgen.records import EXPLORE_RECORD_FIELDS, GENERATE_RECORD_FIELDS, JUDGE_RECORD_FIELDS  # noqa: F401 (part of the schema)
 from rsgen.shards import shard_glob
 
 POLICY_VERSION = "rsgen-clean-v1"
@@ -163,10 +164,14 @@ def user_turn(question: str) -> list[dict]:
 
 # Emitted splits add the model and verifier to clean_meta.
 EMITTED_CLEAN_META = {**CLEAN_META, "model": Value("string"), "verifier": Value("string")}
+# The final dataset of `rsgen iterate` adds, per row, the round whose model answered each QA pair of `qa` (in
+# order): an accepted pair comes from the first round that got it right, a rejected one from the last round.
+ITERATE_CLEAN_META = {**EMITTED_CLEAN_META, "qa_rounds": List(Value("int32"))}
 
 
-def split_features(kind: str) -> Features:
-    """Features of `{Family}_RS_think`, `{Family}_RS_nothink` and `{Family}_rejected` (kind = think|nothink|rejected)."""
+def split_features(kind: str, rounds: bool = False) -> Features:
+    """Features of `{Family}_RS_think`, `{Family}_RS_nothink` and `{Family}_rejected` (kind = think|nothink|rejected);
+    `rounds`: with `clean_meta.qa_rounds` (the final dataset of `rsgen iterate`)."""
     qa = {"question": Value("string"), "answer": Value("string")}
     if kind == "think":
         qa["response"] = Value("string")
@@ -180,44 +185,10 @@ def split_features(kind: str) -> Features:
             "image": Image(),
             "image_sha256": Value("string"),
             "qa": List(qa),
-            "clean_meta": EMITTED_CLEAN_META,
+            "clean_meta": ITERATE_CLEAN_META if rounds else EMITTED_CLEAN_META,
         }
     )
 
 
-# Work records (JSON Lines, rsgen.store.CheckpointStore). Every record has "key".
-GENERATE_RECORD_FIELDS = (
-    "key",  # QA id, or "{id}#{sample}" when num_samples > 1
-    "id",
-    "sample",
-    "family",
-    "question",  # the exact user text sent (checked against the emitted question)
-    "response",  # raw model output, reasoning included
-    "extracted",  # final answer after extraction, or None
-    "match",  # verifier decision
-    "reason",  # None when matched, else wrong_answer | no_answer | ...
-    "verifier",
-    "prompt_tokens",
-    "generated_tokens",
-    "hit_limit",  # generation stopped at max_new_tokens
-    "model",
-    "revision",
-)
-# Optional in generate, explore and judge records: "refused", the server's message when a server engine refused the
-# request (its reason is then "request_refused"; a judge record's verdict UNSURE).
-# Explore records (OUTPUT_DIR/work/explore/): a generate record of a sampled response (key "{id}#{sample}",
-# sample >= 1; sample 0 is the greedy answer in work/generate/), plus the round that drew it.
-EXPLORE_RECORD_FIELDS = (*GENERATE_RECORD_FIELDS, "round")
-JUDGE_RECORD_FIELDS = (
-    "key",  # "{id}" for a rejected pair, "calibration:{id}" for a calibration pair
-    "id",
-    "kind",  # rejected | calibration
-    "reference",
-    "candidate",
-    "verdict",  # CORRECT | WRONG | UNSURE
-    "response",  # raw judge output
-    "prompt_tokens",
-    "generated_tokens",
-    "hit_limit",
-    "model",
-)
+# The fields of the work records (OUTPUT_DIR/work/<stage>/, rsgen.store.CheckpointStore): defined, typed and
+# read in `rsgen.records`.

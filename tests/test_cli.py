@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from rsgen.cli import _build_parser, _recipe_overrides, main
 from rsgen.config import SourceConfig, recipe_keys_by_stage
+from rsgen.pipeline import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -25,8 +27,9 @@ def run(cmd, cwd):
     [
         (["rsgen", "--help"], "tmp"),
         ([sys.executable, "-m", "rsgen", "--help"], "tmp"),
-        (["accelerate", "launch", "rsgen", "--help"], "root"),  # runs rsgen/__main__.py as a script
-        (["accelerate", "launch", "-m", "rsgen", "--help"], "tmp"),
+        pytest.param(["accelerate", "launch", "rsgen", "--help"], "root",  # runs rsgen/__main__.py as a script
+                     marks=pytest.mark.slow),
+        pytest.param(["accelerate", "launch", "-m", "rsgen", "--help"], "tmp", marks=pytest.mark.slow),
     ],
 )
 def test_help_everywhere(cmd, where, tmp_path):
@@ -44,18 +47,40 @@ def test_bad_recipe_key_exits_with_a_named_error(tmp_path):
     assert "unknown key 'output_dirr'" in out.stderr and "output_dir" in out.stderr
 
 
-@pytest.mark.parametrize("command", ["run", "prepare", "generate", "judge", "emit"])
-def test_recipe_command_help_lists_every_key_by_stage(command, capsys):
+def _help_text(command, capsys) -> str:
     with pytest.raises(SystemExit) as exit_:
         main([command, "--help"])
     assert exit_.value.code == 0
-    text = capsys.readouterr().out
+    return capsys.readouterr().out
+
+
+def test_run_help_lists_every_key_by_stage(capsys):
+    text = _help_text("run", capsys)
     for stage, fields in recipe_keys_by_stage().items():
         block = text.split(f"\n{stage} keys:\n", 1)[1].split(" keys:\n", 1)[0]  # this stage's group
         for f in fields:
             assert f"--{f.name} VALUE" in block and f.metadata["help"].split()[0] in block, f.name
     for f in dataclasses.fields(SourceConfig):
         assert f"  {f.name} " in text
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=lambda stage: stage.name)
+def test_a_stage_help_lists_the_keys_that_stage_reads(stage, capsys):
+    """`rsgen prepare --help` lists prepare's keys (and --config, --output_dir), not the judge's."""
+    text = _help_text(stage.name, capsys)
+    listed = set(re.findall(r"^  --(\w+) VALUE", text, re.MULTILINE))
+    assert listed == set(stage.keys) and "output_dir" in listed and "--config CONFIG" in text
+    for group, fields in recipe_keys_by_stage().items():
+        read = [f for f in fields if f.name in stage.keys]
+        assert (f"\n{group} keys:\n" in text) == bool(read), group
+    assert ("  dataset_name " in text) == ("sources" in stage.keys)  # the source keys, with the pools they describe
+
+
+def test_a_stage_accepts_keys_its_help_does_not_list():
+    """A rerun of one stage passes the whole recipe: keys of other stages are overrides all the same."""
+    parser = _build_parser()
+    args, rest = parser.parse_known_args(["prepare", "--config", "r.yaml", "--judge_max_new_tokens", "4"])
+    assert _recipe_overrides(args, rest) == {"judge_max_new_tokens": 4} and not rest
 
 
 def test_recipe_keys_on_the_command_line_are_yaml_values():
@@ -147,6 +172,7 @@ def test_debug_shows_the_traceback(tmp_path, text_lm):
 
 
 @pytest.mark.slow
+@pytest.mark.floors  # .ci/run runs it on the declared floors too
 def test_under_accelerate_the_error_is_printed_once(tmp_path):
     missing = str(tmp_path / "no-such-model")
     cmd = ["accelerate", "launch", "--config_file", str(ROOT / "accelerate_configs" / "cpu_2proc.yaml"),

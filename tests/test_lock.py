@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from rsgen.lock import LOCK_NAME, STALE_SECONDS, OutputDirBusy, OutputDirLock, locked_output_dir
+from rsgen.cli import main
+from rsgen.lock import (
+    LOCK_NAME,
+    STALE_SECONDS,
+    OutputDirBusy,
+    OutputDirLock,
+    OutputDirUnwritable,
+    locked_output_dir,
+)
+from rsgen.pipeline import check_output_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,6 +130,7 @@ else:
 """
 
 
+@pytest.mark.slow
 def test_racing_processes_get_one_lock(tmp_path):
     start = time.time() + 3
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -130,6 +140,7 @@ def test_racing_processes_get_one_lock(tmp_path):
     assert outcomes == ["busy", "busy", "won"]
 
 
+@pytest.mark.slow
 def test_cli_on_a_busy_output_dir_exits_2_at_once(tmp_path):
     out = tmp_path / "out"
     recipe = tmp_path / "r.yaml"
@@ -158,3 +169,41 @@ def test_lock_of_a_finished_but_unreaped_process_is_taken_over(tmp_path):
     with locked_output_dir(tmp_path):
         pass
     proc.wait()
+
+
+# An output_dir nothing can be made in, even by root (os.access says yes to root there): /proc and /sys.
+UNMAKEABLE = ["/proc/rsgen-out", "/sys/rsgen-out/sub"]
+
+
+@pytest.mark.parametrize("output_dir", UNMAKEABLE)
+def test_the_lock_in_a_folder_that_cannot_be_made_is_one_line(output_dir):
+    with pytest.raises(OutputDirUnwritable) as err:
+        OutputDirLock(output_dir).acquire()
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"output_dir {str(Path(output_dir))!r} cannot be written (")
+    assert "set output_dir to a folder you can write" in message
+
+
+@pytest.mark.parametrize("output_dir", UNMAKEABLE)
+def test_the_check_before_work_tries_rather_than_asks(output_dir):
+    with pytest.raises(OutputDirUnwritable, match=r"cannot be written \((No such file or directory|Operation not "
+                                                   r"permitted|Permission denied|Read-only file system)"):
+        check_output_dir(output_dir)
+
+
+def test_the_check_leaves_nothing_behind(tmp_path):
+    check_output_dir(str(tmp_path / "new" / "out"))
+    check_output_dir(str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rsgen_demo_on_proc_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--output-dir", "/proc/x", "--num-images", "2"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    assert err.splitlines() == [
+        "rsgen: error: output_dir '/proc/x' cannot be written (No such file or directory creating a folder in "
+        "'/proc'); set output_dir to a folder you can write, or fix its permissions"], err
+    assert list(tmp_path.iterdir()) == []

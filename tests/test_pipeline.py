@@ -126,10 +126,11 @@ def test_reference_run_is_complete(reference):
     assert sum(len(r) for name, r in rows.items() if name.endswith("_sft")) > 0
     assert sum(len(r) for name, r in rows.items() if name.endswith("_RS_think")) > 0
     run = json.loads((tmp / "reference" / "run.json").read_text())
-    assert set(run["stages"]) == {"prepare", "generate", "judge", "emit"}
+    assert set(run["stages"]) == {"prepare", "generate", "verify", "judge", "emit"}
     assert run["finished_at"] and run["packages"]["transformers"]
 
 
+@pytest.mark.floors  # .ci/run runs it on the declared floors too
 def test_two_processes_give_the_same_dataset(reference):
     tmp, model, rows = reference
     recipe = write_recipe(tmp, model, "two_procs")

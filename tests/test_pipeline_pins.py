@@ -11,7 +11,7 @@ import yaml
 from rsgen.cli import main
 from rsgen.config import RecipeError, recipe_from_dict
 from rsgen.layout import OutputLayout
-from rsgen.pipeline import STAGE_PINS, changed_fields, check_and_write_run_json, run_stage
+from rsgen.pipeline import changed_fields, check_and_write_run_json, run_stage, stage_pins
 from rsgen.store import distributed_state
 
 VERIFIERS = {"CLEVRMath": "relaxed", "DemoChart": "relaxed", "DemoMC": "mc"}
@@ -45,7 +45,7 @@ def test_every_pinned_key_is_a_recipe_key_of_one_stage():
 
     from rsgen.config import RecipeConfig
 
-    keys = [k for ks in STAGE_PINS.values() for k in ks]
+    keys = [k for ks in stage_pins().values() for k in ks]
     assert len(keys) == len(set(keys))
     assert set(keys) <= {f.name for f in fields(RecipeConfig)}
 
@@ -139,3 +139,21 @@ def test_run_after_prepare_takes_a_new_model_and_max_new_tokens_then_generate_pi
     main(["generate", "--config", str(path), "--model_name_or_path", model, "--max_new_tokens", "8",
           "--judge_max_new_tokens", "4"])
     assert run_json(out)["recipe_changes"][-1]["key"] == "judge_max_new_tokens"
+
+
+def test_the_verifier_keys_may_change_under_generate_work_but_not_under_explore_work(tmp_path):
+    """Issue #28.4: the verify stage decides the stored responses again, so generate work does not pin the verifier
+    keys; explore work does (its stop rule used the old decisions)."""
+    out = tmp_path / "out"
+    state = distributed_state()
+    check_and_write_run_json(recipe(out), state)
+    layout = OutputLayout(out)
+    for stage in ("generate", "verify", "judge"):
+        (layout.work / stage).mkdir(parents=True)
+        (layout.work / stage / "part.jsonl").write_text('{"key": "q"}\n')
+    check_and_write_run_json(recipe(out, numeric_tolerance=0.5, verifier="numeric"), state)
+    assert [c["key"] for c in run_json(out)["recipe_changes"]] == ["verifier", "numeric_tolerance"]
+    layout.explore_work.mkdir()
+    (layout.explore_work / "part.jsonl").write_text('{"key": "q#1"}\n')
+    with pytest.raises(RecipeError, match=r"numeric_tolerance: 0\.5 -> 0\.25 \(the explore work in"):
+        check_and_write_run_json(recipe(out, numeric_tolerance=0.25, verifier="numeric"), state)

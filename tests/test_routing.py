@@ -1,13 +1,17 @@
 """rsgen.routing: who the judge sees (decisive mismatches aside) and the leniency gate, as tables."""
 
+import logging
+
 import pytest
 
-from rsgen.routing import goes_to_judge, is_decisive, judge_trusted, route, specificity
+from rsgen.records import GenerateRecord, JudgeRecord
+from rsgen.routing import gate_lines, goes_to_judge, is_decisive, judge_trusted, route, specificity
 
 
 def record(extracted, verifier="relaxed", match=False, reason="wrong_answer"):
-    return {"key": "k", "extracted": extracted, "match": match, "reason": None if match else reason,
-            "verifier": verifier}
+    return GenerateRecord(key="k", id="k", sample=0, family="F", question="q", response="r", extracted=extracted,
+                          match=match, reason=None if match else reason, verifier=verifier, prompt_tokens=1,
+                          generated_tokens=1, hit_limit=False)
 
 
 @pytest.mark.parametrize("rec, answers, options, scope, judged", [
@@ -42,7 +46,32 @@ def test_leniency_gate(rejected, total, minimum, trusted):
 
 def test_specificity_and_withheld_route():
     assert specificity(3, 4) == 0.75 and specificity(0, 0) is None
-    correct = {"key": "k", "verdict": "CORRECT"}
+    correct = JudgeRecord(key="k", id="k", kind="rejected", reference="9", candidate="ten", verdict="CORRECT",
+                          response="CORRECT", prompt_tokens=1, generated_tokens=1, hit_limit=False, model="m")
     assert route(record("ten"), correct, True, judged=True, trusted=True) == (True, None)
     assert route(record("ten"), correct, True, judged=True, trusted=False) == (False, "judge_withheld")
-    assert route(record("10"), None, True, judged=False) == (False, "wrong_answer")  # decisive: no verdict needed
+    assert route(record("10"), None, True, judged=False, trusted=True) == (False, "wrong_answer")  # decisive
+    with pytest.raises(TypeError, match="trusted"):  # no default: a caller cannot skip the gate by forgetting it
+        route(record("ten"), correct, True, judged=True)
+
+
+def counts(judged=3, withheld=0, kw=(60, 60), kr=(40, 50)):
+    return {"judged": judged, "withheld": withheld, "known_wrong_rejected": kw[0], "known_wrong_total": kw[1],
+            "known_right_promoted": kr[0], "known_right_total": kr[1]}
+
+
+@pytest.mark.parametrize("family, expected", [
+    (counts(), []),
+    (counts(judged=0, kw=(0, 10)), [(logging.INFO, "was never consulted")]),  # says so instead of "untrusted"
+    (counts(kw=(10, 60), withheld=2), [(logging.WARNING, "said WRONG to only 10/60")]),
+    (counts(kw=(0, 0)), [(logging.WARNING, "could not be measured")]),
+    (counts(kr=(0, 50)), [(logging.WARNING, "said CORRECT to only 0/50 known-right pairs")]),
+    (counts(kr=(25, 50)), []),  # exactly judge_min_recall
+    (counts(kr=(0, 0)), []),  # recall unmeasured: nothing to report
+    (counts(kw=(0, 60), kr=(50, 50)), [(logging.WARNING, "said WRONG to only 0/60")]),
+])
+def test_gate_lines(family, expected):
+    lines = gate_lines({"F": family}, 0.95, 0.5)
+    assert [level for level, _ in lines] == [level for level, _ in expected]
+    for (_, line), (_, part) in zip(lines, expected):
+        assert part in line and line.startswith("family F: ")

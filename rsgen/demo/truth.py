@@ -1,38 +1,84 @@
-"""The demo's outside truth: every accepted QA pair of a demo run checked against the scene the pool drew.
+"""The demo's outside truth: every QA pair of a demo run checked against the scene the pool drew.
 
 The demo pool knows every answer (`rsgen.demo.pool.answer_from_scene`), so a demo run can be graded without
-trusting the verifier, the judge or the stored reference: the pool is drawn again from its seed, each accepted pair
-is traced back to its pool row (emitted question -> prepared QA -> `source_row_id`), the answer is recomputed from
-the scene, and the model's final answer (extracted from the accepted response) must state it exactly: the same
-number (no tolerance), the same text after normalisation, or, for multiple choice, the letter of the right option.
+trusting the verifier, the judge or the stored reference: the pool is drawn again from its seed, each QA pair is
+traced back to its pool row (prepared QA -> `source_row_id`), the answer is recomputed from the scene, and the
+model's final answer must state it exactly: the same number (no tolerance; digits or a number word), the same word
+(articles and a plural allowed), or, for multiple choice, the right option (its letter or its text).
+
+The final answer is read here on its own -- the text after the reasoning, parsed by `stated_values` -- never with
+the verifier's extraction or normalisation, so a bug shared with the verifier would show as a disagreement.
+
+Two figures come out: accepted pairs that contradict the scene (the data's error rate), and right answers the
+verifier rejected -- its false negatives -- with how many the judge recovered (its recall) and how many stay
+rejected.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rsgen.demo.pool import LETTERS, answer_from_scene, make_demo_rows, mc_option_texts
+from rsgen.demo.pool import answer_from_scene, make_demo_rows, mc_option_texts
 from rsgen.layout import OutputLayout
+from rsgen.records import GenerateRecord, VerifyRecord, read_records, records_by_key
 from rsgen.schema import open_prepared
-from rsgen.verify import extract_answer
-from rsgen.verify.mc import option_letter
-from rsgen.verify.normalize import text_info
+from rsgen.store import CheckpointStore
 
 
 @dataclass
 class TruthReport:
     accepted: int = 0
-    wrong: list[dict[str, Any]] = field(default_factory=list)  # question, truth, answer, family
+    wrong: list[dict[str, Any]] = field(default_factory=list)  # accepted pairs against the scene
+    verifier_missed: int = 0  # right answers (by the scene) the verifier rejected
+    recovered: int = 0  # of those, promoted by the judge into the accepted splits
+    still_rejected: list[dict[str, Any]] = field(default_factory=list)  # of those, left in the rejected split
 
     @property
     def wrong_rate(self) -> float:
         return len(self.wrong) / self.accepted if self.accepted else 0.0
 
+    @property
+    def recall(self) -> float | None:
+        return self.recovered / self.verifier_missed if self.verifier_missed else None
+
     def line(self) -> str:
+        recall = f" ({self.recall:.1%})" if self.recall is not None else ""
         return (f"truth check: {len(self.wrong)} of {self.accepted} accepted QA pairs contradict the scene the pool "
-                f"drew ({self.wrong_rate:.1%})")
+                f"drew ({self.wrong_rate:.1%}); {self.verifier_missed} right answers were rejected by the verifier, "
+                f"the judge recovered {self.recovered}{recall}, {len(self.still_rejected)} stay rejected")
+
+
+_NUMBER_WORDS = {word: value for value, word in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen".split())}
+_NUMBER_WORDS.update({word: 20 + 10 * i for i, word in enumerate(
+    "twenty thirty forty fifty sixty seventy eighty ninety".split())})
+_ARTICLES = {"a", "an", "the"}
+_FILLER = re.compile(r"^(the answer is|it is|answer:)\s+", re.IGNORECASE)
+
+
+def final_answer(response: str) -> str | None:
+    """What the model answered after its reasoning: the text after the last `</think>`, stripped; None if empty."""
+    text = response.rsplit("</think>", 1)[-1].strip()
+    return text or None
+
+
+def stated_numbers(text: str) -> list[float]:
+    """Every number `text` states, in digits or in words ("forty-two", "There are 7 cubes left.")."""
+    values = [float(v) for v in re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?", text)]
+    for token in re.findall(r"[a-z]+(?:-[a-z]+)?", text.lower()):
+        parts = token.split("-")
+        if all(p in _NUMBER_WORDS for p in parts) and (len(parts) == 1 or _NUMBER_WORDS[parts[0]] >= 20):
+            values.append(float(sum(_NUMBER_WORDS[p] for p in parts)))
+    return values
+
+
+def _words(text: str) -> list[str]:
+    text = _FILLER.sub("", text.strip().strip("*").strip())
+    return [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _ARTICLES]
 
 
 def states_truth(answer: str | None, truth: str, options: list[str]) -> bool:
@@ -40,41 +86,59 @@ def states_truth(answer: str | None, truth: str, options: list[str]) -> bool:
     if answer is None:
         return False
     if options:
-        letter, _ = option_letter(answer, options)
-        return letter is not None and letter == LETTERS[options.index(truth)]
-    got_text, got_number, _ = text_info(answer)
-    want_text, want_number, _ = text_info(truth)
-    if want_number is not None:
-        return got_number is not None and got_number.value == want_number.value
-    return got_text == want_text
+        letters = re.findall(r"(?<![A-Za-z])\(?([A-H])\)?(?![A-Za-z])", answer)
+        said = " ".join(_words(answer))
+        named = [i for i, text in enumerate(options) if _words(text) and " ".join(_words(text)) in said]
+        right = options.index(truth)
+        picked = {ord(letter) - 65 for letter in letters} | set(named)
+        return picked == {right}
+    if re.fullmatch(r"-?\d+(?:\.\d+)?", truth):
+        return stated_numbers(answer.strip("*")) == [float(truth)]
+    words, want = _words(answer), _words(truth)
+    return words == want or (len(words) == len(want) and words[:-1] == want[:-1] and words[-1] == want[-1] + "s")
 
 
 def check_demo_run(output_dir: str | Path, num_images: int, seed: int) -> TruthReport:
-    """Check every accepted QA pair (the `_RS_think` configs) of the demo run in `output_dir`, whose pool was
-    drawn with `num_images` and `seed`."""
+    """Check every QA pair of the demo run in `output_dir` (greedy answers), whose pool was drawn with `num_images`
+    and `seed`: the accepted ones (the `_RS_think` configs) must state the scene's answer; the right answers the
+    verifier rejected are counted with what became of them."""
     import pyarrow.parquet as pq
 
     pool = {row["source_id"]: row for row in make_demo_rows(num_images, seed)}
-    prepared: dict[tuple[str, str], dict[str, Any]] = {}
+    layout = OutputLayout(output_dir)
+    accepted: set[tuple[str, str]] = set()  # (image_sha256, question) of every accepted pair
+    data = layout.dataset / "data"
+    for config in sorted(data.iterdir()):
+        if config.name.endswith("_RS_think"):
+            for shard in sorted(config.glob("*.parquet")):
+                for row in pq.read_table(shard, columns=["image_sha256", "qa"]).to_pylist():
+                    accepted.update((row["image_sha256"], qa["question"]) for qa in row["qa"])
+    responses = {rec.id: rec for rec in read_records(CheckpointStore(layout.generate_work), GenerateRecord)
+                 if not rec.sample}
+    decisions = records_by_key(CheckpointStore(layout.verify_work), VerifyRecord)
+    report = TruthReport()
     for table in open_prepared(output_dir).batches(["image_sha256", "qa"]):
         for row in table.to_pylist():
             for qa in row["qa"]:
-                prepared[(row["image_sha256"], qa["question"])] = qa
-    report = TruthReport()
-    data = OutputLayout(output_dir).dataset / "data"
-    for config in sorted(data.iterdir()):
-        if not config.name.endswith("_RS_think"):
-            continue
-        for shard in sorted(config.glob("*.parquet")):
-            for row in pq.read_table(shard, columns=["image_sha256", "qa"]).to_pylist():
-                for qa in row["qa"]:
-                    source = prepared[(row["image_sha256"], qa["question"])]
-                    origin = pool[source["source_row_id"]]
-                    options = source["options"] or mc_option_texts(origin["question"], origin["options"])[1]
-                    truth = answer_from_scene(origin["scene"], origin["question"], origin["options"])
-                    answer = extract_answer(qa["response"]).answer
+                origin = pool[qa["source_row_id"]]
+                options = list(qa["options"] or []) or mc_option_texts(origin["question"], origin["options"])[1]
+                truth = answer_from_scene(origin["scene"], origin["question"], origin["options"])
+                rec = responses[qa["id"]]
+                answer = final_answer(rec.response)
+                right = states_truth(answer, truth, options)
+                decision = decisions.get(rec.key)
+                verifier_match = decision.match if decision is not None else rec.match
+                is_accepted = (row["image_sha256"], qa["question"]) in accepted
+                example = {"family": origin["family"], "question": qa["question"], "truth": truth, "answer": answer}
+                if is_accepted:
                     report.accepted += 1
-                    if not states_truth(answer, truth, options):
-                        report.wrong.append({"family": origin["family"], "question": qa["question"],
-                                             "truth": truth, "answer": answer})
+                    if not right:
+                        report.wrong.append(example)
+                if right and not verifier_match:
+                    report.verifier_missed += 1
+                    if is_accepted:
+                        report.recovered += 1
+                    else:
+                        report.still_rejected.append(example)
     return report
+

@@ -1,7 +1,19 @@
 """Emit: the dataset splits in the seed card's schema, TRL-ready SFT and DPO views, stats.json, the dataset card
 and the push to the Hub. See rsgen/emit/stage.py for the flow."""
 
-from rsgen.emit.splits import EmitError
-from rsgen.emit.stage import render_card, run_emit
+from __future__ import annotations
 
-__all__ = ["EmitError", "render_card", "run_emit"]
+from rsgen.stage import Stage, lazy, lazy_exports
+
+STAGE = Stage(
+    name="emit",
+    help="write the dataset splits, TRL views, stats.json and the card",
+    work=lambda layout: layout.dataset,
+    run=lazy("rsgen.emit.stage:run_emit"),
+    every_process=False,  # one writer of dataset/ and stats.json
+    check=lazy("rsgen.emit.stage:check_emit"),
+)
+
+__getattr__ = lazy_exports(__name__, {"EmitError": "rsgen.emit.splits", "render_card": "rsgen.emit.stage",
+                                      "run_emit": "rsgen.emit.stage"})
+__all__ = ["STAGE", "EmitError", "render_card", "run_emit"]  # noqa: F822 (loaded on first use)

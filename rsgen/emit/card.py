@@ -12,74 +12,24 @@ import io
 import json
 import re
 from pathlib import Path
-from string import Template
 from typing import Any
 
 import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from rsgen.emit.plots import PASS_RATE_PLOT_NAME, PLOT_NAME, draw_pass_rate_plot, draw_stats_plot
+from rsgen.emit.plots import (
+    ITERATE_PLOT_NAME,
+    PASS_RATE_PLOT_NAME,
+    PLOT_NAME,
+    draw_iterate_plot,
+    draw_pass_rate_plot,
+    draw_stats_plot,
+)
+from rsgen.emit.splits import EmitError
 from rsgen.emit.stats import config_features, config_glob
 
 TEMPLATE_PATH = Path(__file__).with_name("card_template.md")
 LONG_FIELD_CHARS = 300  # table cells longer than this go into a <details> block instead
-
-VERIFIER_TEXT = {
-    "relaxed": (
-        "ChartQA relaxed accuracy",
-        "The official ChartQA metric. If both the prediction and the reference parse as numbers, the answer is "
-        "correct when it lands within **5% relative tolerance** of the reference — chart values are read off axes, "
-        "so exact digit agreement is not a fair requirement. Otherwise the two strings must match exactly after "
-        "lowercasing, trimming, and dropping a trailing period. Cases the official code leaves open are decided: "
-        "thousands separators and a leading `+` are read as numbers (`1,000` = 1000); a reference of 0 needs "
-        "exactly 0; `45%` matches both `45` and `0.45`; a unit on one side only (`12 kg` vs `12`) is ignored. "
-        "When a question has several acceptable references, matching any one of them counts.",
-    ),
-    "exact": (
-        "exact match",
-        "The prediction must equal a reference after the same light normalisation as `relaxed` (lowercasing, "
-        "trimming, dropping a trailing period), with no numeric reading: `1,000` does not match `1000` and `5.0` "
-        "does not match `5`. Any of several references counts.",
-    ),
-    "numeric": (
-        "numeric equality",
-        "Prediction and reference are read as numbers (thousands separators, `+`, currency, units and percent "
-        "read as in `relaxed`) and must agree within **{numeric_tolerance}** — absolute for references up to 1 in "
-        "magnitude, relative above: |prediction − reference| ≤ {numeric_tolerance} · max(1, |reference|). A "
-        "prediction that is not a number is wrong; a reference that is not a number is compared as `exact` "
-        "compares strings.",
-    ),
-    "mc": (
-        "multiple choice",
-        "The reference is a bare option letter. The model's answer must name exactly one option — as a letter "
-        "(`B`, `(B)`, `B.`, `**B**`, `B) sphere`, `The answer is B`) or, failing that, as the text of exactly one "
-        "option — and that letter must equal the reference. Two different letters is a non-match with reason "
-        "`mc_ambiguous`; no recognisable letter is a non-match with reason `mc_no_letter`.",
-    ),
-    "math": (
-        "mathematical equivalence",
-        "Prediction and reference are parsed and compared for mathematical equivalence with "
-        "[math-verify](https://github.com/huggingface/Math-Verify) (so `\\frac{{1}}{{2}}` matches `0.5`); answers "
-        "equal as strings or as plain numbers match directly. Each item has a hard time limit of "
-        "**{math_timeout_seconds} s**; a timeout is a non-match with reason `math_timeout`, never a hang and "
-        "never a pass.",
-    ),
-}
-
-# The seed card's wording for the steps it describes (keyed by rsgen.prepare's step names); any other step is
-# described by the "does" text prepare recorded in its report.
-STEP_TEXT = {
-    "provenance": "**Provenance check.** Each QA item records where it came from; items whose recorded source does "
-                  "not resolve to the image they are attached to are dropped.",
-    "task_purity": "**Task purity.** Per-source rules (question patterns, source allowlists) keep only the genuine "
-                   "benchmark QA of a family; off-task questions attached to its images are dropped.",
-    "mc_normalise": "**Multiple-choice normalisation.** Where options had been flattened into prose, they are "
-                    "re-rendered as a lettered block and the reference is rewritten to the bare letter, so the task "
-                    "is well posed and the answer is unambiguous.",
-    "dedup_merge": "**Duplicates merged.** The same question asked twice about the same image is kept once; copies "
-                   "with conflicting answers are dropped.",
-}
-
 
 # ------------------------------------------------------------------------------------------------ helpers
 
@@ -101,14 +51,6 @@ def _cell(text: str | None) -> str:
 def _fence(text: str) -> str:
     runs = [len(m) for m in re.findall(r"`+", text)]
     return "`" * max(3, max(runs, default=0) + 1)
-
-
-def _details(name: str, text: str | None) -> str:
-    if text is None:
-        return f"<details>\n<summary><code>{name}</code> (none: nothing could be extracted)</summary>\n\n</details>"
-    fence = _fence(text)
-    return (f"<details>\n<summary><code>{name}</code> ({len(text):,} chars)</summary>\n\n"
-            f"{fence}\n{text}\n{fence}\n\n</details>")
 
 
 def _verifier_names(stats: dict[str, Any]) -> dict[str, list[str]]:
@@ -139,14 +81,14 @@ def size_category(count: int) -> str:
 
 
 def default_config(stats: dict[str, Any]) -> str | None:
-    """The config `load_dataset(dir, split="train")` reads: the first family's `_sft` view (what a TRL user
-    trains on), else the first config written."""
-    configs = configs_of(stats)
-    first = next(iter(stats["families"].values()), None)
-    sft = first and first["splits"].get("sft", {})
-    if sft and sft.get("rows"):
-        return sft["config"]
-    return configs[0] if configs else None
+    """The config `load_dataset(dir, split="train")` reads: the `_sft` view (what a TRL user trains on) of the first
+    family that has one with rows; None when no family has (then no config is the default, and `load_dataset`
+    without a config name lists the configs instead of handing out rejected rows as training data)."""
+    for fam in stats["families"].values():
+        sft = fam["splits"].get("sft") or {}
+        if sft.get("rows"):
+            return sft["config"]
+    return None
 
 
 def source_datasets(stats: dict[str, Any]) -> list[str]:
@@ -202,7 +144,7 @@ def dataset_infos(stats: dict[str, Any]) -> list[dict[str, Any]]:
             splits = SplitDict()
             splits.add(SplitInfo(name="train", num_bytes=split["num_bytes"], num_examples=split["rows"]))
             infos[split["config"]] = DatasetInfo(
-                features=config_features(kind), splits=splits, download_size=split["download_size"],
+                features=config_features(kind, rounds="iterate" in stats), splits=splits, download_size=split["download_size"],
                 dataset_size=split["num_bytes"], config_name=split["config"])
     holder = DatasetCardData()
     infos.to_dataset_card_data(holder)
@@ -215,24 +157,6 @@ def title(stats: dict[str, Any]) -> str:
     if hub_id:
         return hub_id.split("/")[-1]
     return " · ".join(stats["families"]) + " — rejection-sampled"
-
-
-def demo_banner(stats: dict[str, Any]) -> str:
-    if not stats["card"].get("demo"):
-        return ""
-    return (
-        "\n> **This is a demo dataset.** It was made to show the rsgen pipeline at work (with the tiny demo model that "
-        "ships with rsgen, or `demo: true` in its recipe), typically from the procedurally drawn demo pool. Its numbers say "
-        "nothing about the quality of a real model; do not train on it.\n"
-    )
-
-
-def pool_description(stats: dict[str, Any]) -> str:
-    parts = []
-    for src in stats["sources"]:
-        where = f"`{src['dataset']}`" + (f" (config `{src['config']}`)" if src.get("config") else "")
-        parts.append(f"{where} ({src['split']} split)")
-    return "; ".join(parts) or "the pool"
 
 
 def overview_table(stats: dict[str, Any]) -> str:
@@ -265,113 +189,60 @@ def disk_bytes(stats: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def size_on_disk(stats: dict[str, Any]) -> str:
-    per_kind = disk_bytes(stats)
-    parts = ", ".join(f"`{kind}` {_size(n)}" for kind, n in per_kind.items())
-    return (f"On disk the data takes **{_size(sum(per_kind.values()))}** of parquet ({parts}). Every config stores "
-            "its images again; the recipe key `views` chooses which TRL views are written.")
+# ------------------------------------------------------------------------------------------------ tables
 
 
-def family_table(family: str, fam: dict[str, Any]) -> str:
-    splits = fam["splits"]
-    head = "| | " + " | ".join(f"`{split['config']}`" for split in splits.values()) + " |"
-    sep = "|---" * (len(splits) + 1) + "|"
-    lines = [f"### {family}", "", head, sep]
-    for label, key, fmt in (("rows", "rows", _n), ("QA pairs", "qa_pairs", _n), ("shards", "shards", _n),
-                            ("size on disk", "download_size", _size)):
-        lines.append(f"| {label} | " + " | ".join(fmt(split[key]) for split in splits.values()) + " |")
-    lines += [
-        "",
-        "| | |",
-        "|---|---|",
-        f"| accepted / rejected (whole family) | {_n(fam['accepted_qa'])} / {_n(fam['rejected_qa'])} |",
-        f"| accept rate | **{_rate(fam['accept_rate'])}** |",
-        f"| verifier | `{fam['verifier']}` |",
-    ]
-    reasons = fam["rejected_reasons"]
-    if reasons:
-        lines.append("| rejected by reason | " + ", ".join(f"`{r}` {_n(c)}" for r, c in reasons.items()) + " |")
-    skipped = (splits.get("dpo") or {}).get("skipped") or {}
-    if any(skipped.values()):
-        lines.append("| rejected pairs without a DPO pair | "
-                     + ", ".join(f"{why} {_n(c)}" for why, c in skipped.items() if c) + " |")
-    empty = [f"`{split['config']}`" for split in splits.values() if not split["rows"]]
-    if empty:
-        lines += ["", f"{', '.join(empty)}: no rows, so not written (and not listed in the configs)."]
-    lines.append("")
-    lines.append("In the three splits a row is one image with its QA pairs; in a TRL view a row is one QA pair.")
-    return "\n".join(lines)
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    def line(cells: list[str]) -> str:
+        return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
+
+    return "\n".join([line(head), "|---" * len(head) + "|", *(line(row) for row in rows)])
 
 
-def license_section(stats: dict[str, Any]) -> str:
-    card = stats["card"]
-    if card["license"] != "other":
-        return f"`{card['license']}`, as set in the recipe (`license`)."
-    name = card.get("license_name") or DERIVED_LICENSE_NAME
-    sources = ", ".join(f"`{s['dataset']}`" for s in stats["sources"]) or "its sources"
-    return (f"`other` (`{name}`): the rows inherit the licenses of the source data ({sources}) and the terms of "
-            f"use of the model that wrote the responses (`{stats['model']}`). Set `license` (a Hub license id) or "
-            "`license_name` in the recipe when they are known.")
+def family_tables(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per family: its configs side by side (rows, QA pairs, shards, size) and its accept/reject summary."""
+    out = []
+    for family, fam in stats["families"].items():
+        splits = fam["splits"].values()
+        split_rows = [[label, *(fmt(split[key]) for split in splits)]
+                      for label, key, fmt in (("rows", "rows", _n), ("QA pairs", "qa_pairs", _n),
+                                              ("shards", "shards", _n), ("size on disk", "download_size", _size))]
+        summary = [["accepted / rejected (whole family)", f"{_n(fam['accepted_qa'])} / {_n(fam['rejected_qa'])}"],
+                   ["accept rate", f"**{_rate(fam['accept_rate'])}**"],
+                   ["verifier", f"`{fam['verifier']}`"]]
+        if fam["rejected_reasons"]:
+            summary.append(["rejected by reason",
+                            ", ".join(f"`{r}` {_n(c)}" for r, c in fam["rejected_reasons"].items())])
+        skipped = (fam["splits"].get("dpo") or {}).get("skipped") or {}
+        if any(skipped.values()):
+            summary.append(["rejected pairs without a DPO pair",
+                            ", ".join(f"{why} {_n(c)}" for why, c in skipped.items() if c)])
+        out.append({
+            "family": family,
+            "split_table": _table(["", *(f"`{split['config']}`" for split in splits)], split_rows),
+            "summary_table": _table(["", ""], summary),
+            "empty_configs": [split["config"] for split in splits if not split["rows"]],
+        })
+    return out
 
 
-def production(stats: dict[str, Any]) -> str:
-    gen = stats["generation"]
-    reasoning = "enabled" if gen["enable_thinking"] else "disabled"
-    temperature = "temperature 0 (greedy)" if gen["temperature"] == 0 else f"temperature {gen['temperature']}"
-    model = f"`{stats['model']}`" + (f" (revision `{stats['model_revision']}`)" if stats.get("model_revision") else "")
-    kwargs = json.dumps(gen["chat_template_kwargs"], sort_keys=True)
-    samples = ""
-    if gen["num_samples"] > 1:
-        samples = (f" Each question was sampled {gen['num_samples']} times (top-p {gen['top_p']}); a QA pair is "
-                   "accepted when any sample is, and keeps the first accepted response; a rejected pair shows "
-                   "sample 0.")
-    text = [
-        f"The VLM {model} answers every question at {temperature} with reasoning {reasoning} (chat template "
-        f"arguments `{kwargs}`), generating at most {_n(gen['max_new_tokens'])} new tokens.{samples} Its answer is "
-        "compared with the official ground truth by the verifier described below; matches go to "
-        "`{Family}_RS_think` and `{Family}_RS_nothink`, non-matches go to `{Family}_rejected` with the ground "
-        "truth preserved.",
-        "",
-        "The `question` field is **byte-identical to the prompt the model actually received**, including the "
-        f"appended instruction (`{gen['instruction']}`), so the stored training text and the inference-time input "
-        "cannot drift apart.",
-        "",
-        "| family | responses | prompt tokens | generated tokens | stopped at the token limit | judge tokens |",
-        "|---|---|---|---|---|---|",
-    ]
+def tokens_table(stats: dict[str, Any]) -> str:
+    rows = []
     for family, fam in stats["families"].items():
         tok = fam["tokens"]
-        text.append(f"| {family} | {_n(tok['samples'])} | {_n(tok['prompt'])} | {_n(tok['generated'])} | "
-                    f"{_n(tok['hit_limit'])} | {_n(tok['judge_generated'])} |")
+        rows.append([family, _n(tok["samples"]), _n(tok["prompt"]), _n(tok["generated"]), _n(tok["hit_limit"]),
+                     _n(tok["judge_generated"])])
+    text = [_table(["family", "responses", "prompt tokens", "generated tokens", "stopped at the token limit",
+                    "judge tokens"], rows)]
     by_stage = stats.get("tokens_by_stage")  # stats.json written before the openai engine lacks it
     if by_stage:
         parts = ", ".join(f"{stage} {_n(t['prompt'])} / {_n(t['completion'])}" for stage, t in by_stage.items())
         text += ["", f"Tokens by stage, prompt / completion (engine `{stats.get('engine', 'transformers')}`): {parts}."]
     samples = sum(f["tokens"]["samples"] for f in stats["families"].values())
     with_reasoning = sum(f["tokens"].get("with_reasoning", samples) for f in stats["families"].values())
-    if gen["enable_thinking"] and samples and not with_reasoning:
+    if stats["generation"]["enable_thinking"] and samples and not with_reasoning:
         text += ["", "No response carries reasoning: the model (or the server that ran it, as hosted APIs that hide "
                  "reasoning do) returned the answer alone, so `response` in `{Family}_RS_think` holds no reasoning."]
-    wall = stats["wall_time"]
-    if wall.get("stages_seconds"):
-        stages = ", ".join(f"{name} {secs:,.0f} s" for name, secs in wall["stages_seconds"].items())
-        text += ["", f"Wall time as recorded in `run.json`: {stages} (total {wall['total_seconds']:,.0f} s)."]
-    return "\n".join(text)
-
-
-def matching(stats: dict[str, Any]) -> str:
-    text = [
-        "Before any comparison the final answer is extracted from the raw response: reasoning is removed (only "
-        "what follows the last `</think>` counts, and reasoning that never closes means there is no answer); "
-        "then the answer is the content of the last `<answer>…</answer>`, else the last `\\boxed{…}`, else what "
-        "follows the last explicit final-answer phrase (\"The answer is …\", \"Answer: …\", \"Final answer: …\"), "
-        "else the whole remaining text, trimmed. A response with nothing extractable — typically reasoning cut "
-        "off at the token limit — is rejected with reason `no_answer`.",
-    ]
-    params = stats["verify"]
-    for name, families in _verifier_names(stats).items():
-        label, body = VERIFIER_TEXT.get(name, (name, "A custom verifier registered under this name."))
-        text += ["", f"### `{name}` — {label}", "", f"Used for: {', '.join(families)}.", "", body.format(**params)]
     return "\n".join(text)
 
 
@@ -379,196 +250,148 @@ def _fraction(num: int, den: int) -> str:
     return f"{_n(num)}/{_n(den)}"
 
 
-def calibration_sentence(calib: dict[str, int] | None) -> str:
-    """Both sides of the calibration and the false-promotion rate the known-wrong side implies."""
-    if not calib:
-        return "Calibration: no pairs were available to calibrate the judge on."
-    calib = {"known_wrong_rejected": 0, "known_wrong_total": 0, **calib}  # stats.json written before #13 lacks them
-    accepted = (f"agreed on {_fraction(calib['agreed'], calib['total'])} verifier-accepted pairs"
-                if calib["total"] else "had no verifier-accepted pairs to agree with")
-    if not calib["known_wrong_total"]:
-        return f"Calibration: the judge {accepted}; no known-wrong pair could be built to measure how often it " \
-               "says CORRECT to a wrong answer."
-    promoted = calib["known_wrong_total"] - calib["known_wrong_rejected"]
-    return (f"Calibration: the judge {accepted}; said `WRONG` to "
-            f"{_fraction(calib['known_wrong_rejected'], calib['known_wrong_total'])} known-wrong pairs — questions "
-            "of this run paired with answers built to be wrong (the reference's number moved just beyond the "
-            "verifier's tolerance, the neighbouring option letter, another question's reference of the same "
-            "family, unrelated answers), each rejected by its verifier. That implies a **false-promotion rate of "
-            f"{_rate(promoted / calib['known_wrong_total'])}**: the share of wrong answers shown to the judge that "
-            "it would promote.")
-
-
-def _paths_sentence(stats: dict[str, Any]) -> str:
-    counts = stats.get("judge_counts") or {}
-    scope = stats.get("judge_scope", "undecided")
-    if scope == "all":
-        rule = ("`judge_scope: all`: every verifier rejection with an extractable answer went to the judge, "
-                "decisive mismatches included")
-    else:
-        rule = (f"`judge_scope: undecided`: {_n(counts.get('decisive', 0))} decisive mismatches — the answer and "
-                "every reference are numbers none within the verifier's tolerance, or two different option "
-                "letters — stayed rejected (`wrong_answer`) without asking the judge")
-    return (f"Paths: {rule}; {_n(counts.get('judged', 0))} answers were graded by the judge, "
-            f"{_n(counts.get('promoted', 0))} QA pairs promoted and {_n(counts.get('withheld', 0))} promotions "
-            "withheld by the leniency gate.")
-
-
-def gate_paragraph(stats: dict[str, Any]) -> str:
-    minimum = stats.get("judge_min_specificity", 0.95)
-    withheld = [(family, fam) for family, fam in stats["families"].items()
-                if fam["judge"].get("gate", {}).get("withheld")]
-    rule = (f"Leniency gate: in a family where the judge says `WRONG` to fewer than {_rate(minimum)} of its "
-            "known-wrong pairs (`judge_min_specificity`), its `CORRECT` verdicts are not trusted: those pairs stay "
-            "in the rejected split with reason `judge_withheld`.")
-    if minimum <= 0:
-        rule = "Leniency gate: **off** for this run (`judge_min_specificity: 0`): every `CORRECT` promotes."
-    lines = [rule]
-    for family, fam in withheld:
-        c = fam["calibration"] or {"known_wrong_rejected": 0, "known_wrong_total": 0}
-        measured = (f"said `WRONG` to only {_fraction(c['known_wrong_rejected'], c['known_wrong_total'])} "
-                    f"known-wrong pairs ({_rate(fam['judge']['gate']['specificity'])})" if c["known_wrong_total"]
-                    else "could not be measured on known-wrong pairs")
-        lines += ["", f"> **Warning — {family}:** the judge {measured}, below {_rate(minimum)}; "
-                      f"{_n(fam['judge']['withheld'])} promotion(s) were withheld."]
-    return "\n".join(lines)
-
-
-def _pair_table(pairs: list[dict[str, str]]) -> list[str]:
-    return ["", "| question | reference | the judge's `CORRECT` answer |", "|---|---|---|",
-            *(f"| {_cell(p['question'])} | {_cell(p['reference'])} | {_cell(p['candidate'])} |" for p in pairs)]
-
-
-def spot_checks(stats: dict[str, Any]) -> str:
-    """Per family, up to 10 promoted pairs (and up to 10 the gate withheld), for a reader to check."""
-    lines = []
-    for family, fam in stats["families"].items():
-        judge = fam["judge"]
-        shown = judge.get("promotions") or []
-        if shown:
-            more = f", the first {len(shown)}" if judge["promoted"] > len(shown) else ""
-            lines += ["", f"**{family}** — {_n(judge['promoted'])} promoted{more}:", *_pair_table(shown)]
-        withheld = judge.get("withheld_promotions") or []
-        if withheld:
-            more = f", the first {len(withheld)}" if judge.get("withheld", 0) > len(withheld) else ""
-            lines += ["", f"**{family}** — {_n(judge['withheld'])} withheld by the leniency gate{more}:",
-                      *_pair_table(withheld)]
-    if not lines:
-        return "No pair was promoted by the judge."
-    return "Promotions to spot-check (question, official answer, the answer the judge called correct):\n" + \
-        "\n".join(lines)
-
-
-def judge_section(stats: dict[str, Any]) -> str:
-    if not stats["judge_enabled"]:
-        return ("The model-as-judge pass was **disabled** for this run (`judge: false`): the verifier's decision is "
-                "final, and every rejected pair keeps the verifier's reason.")
-    lines = [
-        "String verifiers cannot judge free-form answers at all, and they under-credit answers that are correct "
-        f"but differently phrased. Every item the verifier rejected that has an extractable answer is therefore "
-        f"re-examined by `{stats['judge_model']}` in a text-only pass that sees the question, the reference and "
-        "the candidate — no image, no re-generation, it only grades text that was already produced.",
-        "",
-        "The judge is instructed to compare against the reference and **never to solve the question itself**, so "
-        "an answer is not promoted merely because the model believes it is true. It answers `CORRECT`, `WRONG`, "
-        "or `UNSURE`. Numbers must agree, and that is enforced in code: a decisive mismatch never reaches the "
-        "judge. A reply that is not exactly one verdict word counts as `UNSURE`. **`UNSURE` is never counted "
-        "as correct** — only a `CORRECT` verdict moves a pair into the accepted splits. `WRONG` and `UNSURE` both "
-        "remain in the rejected split (reasons `wrong_answer` and `judge_unsure`), so an unresolved case is never "
-        "silently promoted to a pass.",
-        "",
-        _paths_sentence(stats),
-        "",
-        calibration_sentence(stats.get("calibration")),
-        "",
-        gate_paragraph(stats),
-        "",
-        "| family | decisive (not judged) | judged | promoted (`CORRECT`) | withheld | `WRONG` | `UNSURE` | "
-        "accepted pairs agreed | known-wrong pairs rejected |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+def judge_table(stats: dict[str, Any]) -> str:
+    rows = []
     for family, fam in stats["families"].items():
         j, c = fam["judge"], fam["calibration"]
         agreed = _fraction(c["agreed"], c["total"]) if c else "–"
-        rejected = _fraction(c["known_wrong_rejected"], c["known_wrong_total"]) if c and "known_wrong_total" in c else "–"
-        lines.append(f"| {family} | {_n(j.get('decisive', 0))} | {_n(j['judged'])} | {_n(j['promoted'])} | "
-                     f"{_n(j.get('withheld', 0))} | {_n(j['wrong'])} | {_n(j['unsure'])} | {agreed} | {rejected} |")
-    lines += ["", spot_checks(stats)]
-    return "\n".join(lines)
+        rejected = _fraction(c["known_wrong_rejected"], c["known_wrong_total"]) if c and "known_wrong_total" in c \
+            else "–"
+        recovered = (_fraction(c["known_right_promoted"], c["known_right_total"]) if c and c.get("known_right_total")
+                     else "–")
+        rows.append([family, _n(j.get("decisive", 0)), _n(j["judged"]), _n(j["promoted"]), _n(j.get("withheld", 0)),
+                     _n(j["wrong"]), _n(j["unsure"]), agreed, rejected, recovered])
+    return _table(["family", "decisive (not judged)", "judged", "promoted (`CORRECT`)", "withheld", "`WRONG`",
+                   "`UNSURE`", "accepted pairs `CORRECT`", "known-wrong pairs `WRONG`", "known-right pairs `CORRECT`"],
+                  rows)
 
 
-def schema_section(stats: dict[str, Any]) -> str:
-    keep = stats["card"]["sft_keep_reasoning"]
-    return "\n".join([
-        "The three rejection-sampling configs hold one row per image:",
-        "",
-        "- `image` — HF `Image()` — renders directly in the dataset viewer (bytes embedded)",
-        "- `image_sha256` — content hash of the image bytes as stored",
-        "- `qa` — the QA pairs of this image that belong to the config:",
-        "  - `{Family}_rejected`: list of {`question`, `answer`, `wrong_vlm`, `reason`}",
-        "  - `{Family}_RS_think`: list of {`question`, `answer`, `response`}",
-        "  - `{Family}_RS_nothink`: list of {`question`, `answer`}",
-        "- `clean_meta` — per-row provenance (`source_dataset`, `source_config`, `source_split`, `source_row_ids`, "
-        "`family`), the cleaning policy and steps that admitted it (`policy_version`, `steps`), the `model` and "
-        "the `verifier`",
-        "",
-        "`answer` is always the official ground truth. `response` is the model's full output, reasoning included. "
-        "`wrong_vlm` is the final answer extracted from the model's response (null when nothing could be "
-        "extracted). `reason` is `wrong_answer` (the verifier and the judge said wrong, or a decisive mismatch), "
-        "`judge_unsure`, `judge_withheld` (the judge said correct, but the leniency gate did not trust it), "
-        "`no_answer` (nothing extractable, e.g. reasoning cut off at the token limit), or — when the judge is off — "
-        "the verifier's own reason (`mc_ambiguous`, `mc_no_letter`, `math_timeout`, …).",
-        "",
-        "The TRL views:",
-        "",
-        "- `{Family}_sft` — one accepted QA pair per row, in TRL's conversational prompt-completion form: "
-        "`prompt`: the user turn `[{\"type\": \"image\"}, {\"type\": \"text\", \"text\": question}]`; "
-        "`completion`: the assistant turn, whose text is "
-        + ("the model's full response, reasoning included, byte for byte" if keep else "the official answer")
-        + "; `images`: a list holding the image. TRL trains on the completion only.",
-        "- `{Family}_dpo` — `prompt`: the user turn (image + question); `chosen`: the official answer; "
-        "`rejected`: the model's extracted answer (`wrong_vlm`); `images`: a list holding the image. One row per "
-        "rejected QA pair with an extractable answer that differs from the official one.",
-    ])
+FORM_WORDS = {  # how each form of a built calibration pair reads (rsgen.judge.calibration)
+    "near_number": "the reference's number moved just beyond the tolerance",
+    "neighbour_letter": "the neighbouring option letter",
+    "number_word": "a number word",
+    "other_word": "another question's reference",
+    "option_text": "an option's text in a sentence",
+    "sentence": "a sentence around the value",
+    "unrelated": "an unrelated answer",
+    "count_noun": "a count with its noun",
+    "article": "an article",
+    "plural": "a plural",
+}
 
 
-def training_section(stats: dict[str, Any]) -> str:
-    repo = stats["card"].get("hub_dataset_id") or "path/to/dataset"
-    # A family that has both views, so the snippet runs as written.
+def _forms(forms: dict[str, dict[str, int]] | None) -> str:
+    return ", ".join(f"{FORM_WORDS.get(form, form)} (`{form}`) {_fraction(c['as_expected'], c['total'])}"
+                     for form, c in (forms or {}).items())
+
+
+def calibration_figures(calib: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The three sides of the calibration, formatted: agreement on verifier-accepted pairs, `WRONG` on known-wrong
+    pairs (and the false-promotion rate that implies) and `CORRECT` on known-right pairs (recall), with the mix of
+    forms of each built side."""
+    if not calib:
+        return None
+    # stats.json written before #13 / #23 lacks the built sides
+    calib = {"known_wrong_rejected": 0, "known_wrong_total": 0, "known_right_promoted": 0, "known_right_total": 0,
+             **calib}
+    out = {key: _n(value) for key, value in calib.items() if isinstance(value, int)}
+    out["total"] = calib["total"]  # the template tests these for zero
+    out["known_wrong_total"] = calib["known_wrong_total"] and _n(calib["known_wrong_total"])
+    out["known_right_total"] = calib["known_right_total"] and _n(calib["known_right_total"])
+    out["known_wrong_forms"] = _forms(calib.get("known_wrong_forms"))
+    out["known_right_forms"] = _forms(calib.get("known_right_forms"))
+    if calib["known_wrong_total"]:
+        promoted = calib["known_wrong_total"] - calib["known_wrong_rejected"]
+        out["false_promotion_rate"] = _rate(promoted / calib["known_wrong_total"])
+    if calib["known_right_total"]:
+        out["recall"] = _rate(calib["known_right_promoted"] / calib["known_right_total"])
+    return out
+
+
+def calibration_examples(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per family and side, the first few calibration pairs with the judge's verdict, for a reader to check."""
+    sides = (("accepted", "verifier-accepted pairs (should be `CORRECT`)"),
+             ("known_wrong", "known-wrong pairs (should be `WRONG`)"),
+             ("known_right", "known-right pairs (should be `CORRECT`)"))
+    out = []
+    for family, fam in stats["families"].items():
+        examples = (fam.get("calibration") or {}).get("examples") or {}
+        for side, title in sides:
+            shown = examples.get(side, [])[:3]
+            if shown:
+                out.append({"family": family, "title": title, "table": _table(
+                    ["question", "reference", "candidate", "form", "verdict"],
+                    [[_cell(e["question"]), _cell(e["reference"]), _cell(e["candidate"]), e.get("form") or "–",
+                      f"`{e['verdict']}`"] for e in shown])})
+    return out
+
+
+def gate_figures(stats: dict[str, Any]) -> dict[str, Any]:
+    """The leniency gate's threshold and the families whose promotions it withheld."""
+    minimum = stats.get("judge_min_specificity", 0.95)
+    withheld = []
+    for family, fam in stats["families"].items():
+        if not fam["judge"].get("gate", {}).get("withheld"):
+            continue
+        c = fam["calibration"] or {"known_wrong_rejected": 0, "known_wrong_total": 0}
+        withheld.append({"family": family, "known_wrong_rejected": _n(c["known_wrong_rejected"]),
+                         "known_wrong_total": c["known_wrong_total"] and _n(c["known_wrong_total"]),
+                         "specificity": _rate(fam["judge"]["gate"]["specificity"]) if c["known_wrong_total"] else None,
+                         "withheld": fam["judge"]["withheld"]})
+    never = [family for family, fam in stats["families"].items()
+             if fam["judge"].get("enabled", True) and fam["judge"].get("gate", {}).get("consulted") is False]
+    little = []
+    for family, fam in stats["families"].items():
+        gate, c = fam["judge"].get("gate", {}), fam["calibration"] or {}
+        if gate.get("adds_little"):
+            little.append({"family": family, "promoted": _n(c["known_right_promoted"]),
+                           "total": _n(c["known_right_total"]), "recall": _rate(gate["recall"])})
+    return {"off": minimum <= 0, "min_specificity": _rate(minimum), "withheld": withheld, "never_consulted": never,
+            "adds_little": little, "min_recall": _rate(stats.get("judge_min_recall", 0.5))}
+
+
+def spot_checks(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per family, up to 10 promoted pairs (and up to 10 the gate withheld), for a reader to check."""
+    out = []
+    for family, fam in stats["families"].items():
+        judge = fam["judge"]
+        for kind, pairs, count in (("promoted", judge.get("promotions"), judge["promoted"]),
+                                   ("withheld", judge.get("withheld_promotions"), judge.get("withheld", 0))):
+            if pairs:
+                table = _table(["question", "reference", "the judge's `CORRECT` answer"],
+                               [[_cell(p["question"]), _cell(p["reference"]), _cell(p["candidate"])] for p in pairs])
+                out.append({"family": family, "kind": kind, "count": count, "shown": len(pairs), "table": table})
+    return out
+
+
+def explore_figures(stats: dict[str, Any]) -> dict[str, Any] | None:
+    """Pair hunting: what the explore pass drew and found, per family (None without one)."""
+    explored = {f: fam["explore"] for f, fam in stats["families"].items() if fam.get("explore")}
+    if not explored:
+        return None
+    rows = []
+    for family, e in explored.items():
+        pairs = _n(e["pairs"]) if e["pairs"] is not None else "view not written"
+        per_pair = f"{e['samples_per_pair']:.1f}" if e["samples_per_pair"] is not None else "–"
+        rows.append([family, _n(e["questions"]), _n(e["responses"]), _n(e["explore_samples"]), pairs, per_pair,
+                     f"{_n(e['learnable'])} ({_rate(e['learnable_share'])})", _rate(e["mean_pass_rate"])])
+    bins = next(iter(explored.values()))["pass_rate_histogram"]["bins"]
+    histogram = [[family, *(_n(c) for c in e["pass_rate_histogram"]["counts"])] for family, e in explored.items()]
+    return {
+        "table": _table(["family", "questions", "responses drawn", "explore samples", "on-policy pairs",
+                         "samples per pair", "learnable (0 < pass rate < 1)", "mean pass rate"], rows),
+        "histogram": _table(["family", *(f"`{b}`" for b in bins)], histogram),
+        "plot_name": PASS_RATE_PLOT_NAME,
+    }
+
+
+def training_figures(stats: dict[str, Any]) -> dict[str, str]:
+    """Where the snippet loads from, and a family that has both views, so the snippet runs as written."""
     families = stats["families"]
     both = [f for f, fam in families.items()
             if all((fam["splits"].get(view) or {}).get("rows") for view in ("sft", "dpo"))]
-    family = both[0] if both else next(iter(families), "Family")
-    return f"""The `_sft` and `_dpo` configs are in the formats TRL's trainers take as they are:
-
-```python
-import torch
-from datasets import load_dataset
-from transformers import AutoModelForImageTextToText, AutoProcessor
-from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
-
-model_id = "Qwen/Qwen2.5-VL-3B-Instruct"  # any image-text-to-text model with a chat template
-processor = AutoProcessor.from_pretrained(model_id)
-cpu = not torch.cuda.is_available()
-
-sft = SFTTrainer(
-    model=AutoModelForImageTextToText.from_pretrained(model_id),
-    args=SFTConfig(output_dir="sft", max_length=None, use_cpu=cpu, bf16=not cpu),
-    train_dataset=load_dataset("{repo}", "{family}_sft", split="train"),
-    processing_class=processor,
-)
-sft.train()
-
-dpo = DPOTrainer(
-    model=AutoModelForImageTextToText.from_pretrained(model_id),
-    args=DPOConfig(output_dir="dpo", max_length=None, use_cpu=cpu, bf16=not cpu),
-    train_dataset=load_dataset("{repo}", "{family}_dpo", split="train"),
-    processing_class=processor,
-)
-dpo.train()
-```
-
-`max_length=None` keeps every image token (truncating inside an image breaks the batch)."""
+    return {"repo": stats["card"].get("hub_dataset_id") or "path/to/dataset",
+            "family": both[0] if both else next(iter(families), "Family")}
 
 
 def _image_extension(data: bytes) -> str:
@@ -590,45 +413,41 @@ def read_example_rows(dataset_dir: Path, config: str, count: int) -> list[dict[s
     return rows
 
 
-def examples_section(stats: dict[str, Any], dataset_dir: Path) -> str:
+def _long_field(name: str, text: str | None) -> dict[str, Any]:
+    """A field shown in full below the example's table (the template's `details` block)."""
+    return {"name": name, "text": text, "chars": len(text or ""), "fence": _fence(text or "")}
+
+
+def examples(stats: dict[str, Any], dataset_dir: Path) -> list[dict[str, Any]]:
+    """Per family, the first rows of its rejected split: each example's image is saved under `assets/` as stored,
+    short fields go into a table, long ones (and the model's answer) into blocks below it."""
     count = stats["card"]["num_card_examples"]
     if count <= 0:
-        return "No examples are shown (`num_card_examples: 0` in the recipe)."
-    assets = dataset_dir / "assets"
+        return []
     out = []
     for family, fam in stats["families"].items():
         config = fam["splits"]["rejected"]["config"]
-        out.append(f"### {family} (`{config}`)")
-        if not fam["splits"]["rejected"]["rows"]:
-            out += ["", "The model answered every question of this family correctly: the rejected split is empty.", ""]
-            continue
-        rows = read_example_rows(dataset_dir, config, count)
+        rows = read_example_rows(dataset_dir, config, count) if fam["splits"]["rejected"]["rows"] else []
+        shown = []
         for i, row in enumerate(rows, start=1):
             data = row["image"]["bytes"]
             name = f"{config}_example_{i}.{_image_extension(data)}"
-            (assets / name).write_bytes(data)
+            (dataset_dir / "assets" / name).write_bytes(data)
             qa = row["qa"][0]
-            out += ["", f"#### Example {i}", "", f"![](assets/{name})", "", "| field | value |", "|---|---|"]
-            details = []
+            table, details = [], []
             for key in ("question", "answer", "reason"):
                 value = qa[key]
                 if value is not None and len(value) > LONG_FIELD_CHARS:
-                    out.append(f"| `{key}` | *({len(value):,} chars, below)* |")
-                    details.append(_details(key, value))
+                    table.append([f"`{key}`", f"*({len(value):,} chars, below)*"])
+                    details.append(_long_field(key, value))
                 else:
-                    out.append(f"| `{key}` | {_cell(value)} |")
+                    table.append([f"`{key}`", _cell(value)])
             if len(row["qa"]) > 1:
-                out.append(f"| other QA pairs of this image in the split | {len(row['qa']) - 1} |")
-            out += ["", *details, _details("wrong_vlm", qa["wrong_vlm"]), ""]
-    return "\n".join(out).rstrip()
-
-
-def _step_text(label: str, policy_steps: dict[str, Any]) -> str:
-    name = label.split("@")[0]
-    if name in STEP_TEXT:
-        return STEP_TEXT[name]
-    does = (policy_steps.get(name) or {}).get("does")
-    return f"**{name}.** {does[0].upper() + does[1:]}." if does else f"**{name}.**"
+                table.append(["other QA pairs of this image in the split", str(len(row["qa"]) - 1)])
+            shown.append({"image": name, "table": _table(["field", "value"], table),
+                          "details": [*details, _long_field("wrong_vlm", qa["wrong_vlm"])]})
+        out.append({"family": family, "config": config, "rows": shown})
+    return out
 
 
 def _by_reason(counts: dict[str, int], group: str) -> str:
@@ -654,117 +473,220 @@ def _report_line(counts: dict[str, int]) -> str:
     return "; ".join(parts)
 
 
-def cleaning_section(stats: dict[str, Any]) -> str:
+def cleaning_figures(stats: dict[str, Any]) -> dict[str, Any]:
+    """The cleaning steps recorded on the rows (rows per family) and what prepare's report says it removed."""
     policy = stats.get("cleaning_policy") or {}
     policy_steps = policy.get("steps") or {}
-    version = f" (policy `{policy['policy_version']}`)" if policy.get("policy_version") else ""
-    lines = [
-        f"Each cleaning step is named and versioned{version}; `clean_meta.steps` records the steps that admitted "
-        "or changed a row. Steps recorded on the rows of this dataset, with the number of rows (images) per family:",
-        "",
-    ]
     steps: dict[str, dict[str, int]] = {}
     for family, fam in stats["families"].items():
         for step, rows in fam["cleaning"]["steps"].items():
             steps.setdefault(step, {})[family] = rows
-    if steps:
-        for step, per_family in sorted(steps.items()):
-            counts = ", ".join(f"{family} {_n(n)}" for family, n in per_family.items())
-            lines.append(f"- {_step_text(step, policy_steps)} (`{step}`: {counts})")
-    else:
-        lines.append("- none: every row was admitted as it came.")
-    per_family = {f: fam["cleaning"]["report"]["family"] for f, fam in stats["families"].items()}
     pool = next(iter(stats["families"].values()), {}).get("cleaning", {}).get("report", {}).get("pool", {})
-    lines += ["", "What cleaning removed, from `prepared/prepare_report.json`:", ""]
-    for family, counts in per_family.items():
-        if counts:
-            lines.append(f"- **{family}**: {_report_line(counts)}")
-    if pool:
-        lines.append(f"- **whole pool**: {_report_line(pool)}")
-    if not pool and not any(per_family.values()):
-        lines.append("- no prepare report was found.")
+    return {
+        "policy_version": policy.get("policy_version"),
+        "steps": [{"label": label, "name": label.split("@")[0],
+                   "does": (policy_steps.get(label.split("@")[0]) or {}).get("does"),
+                   "rows_per_family": ", ".join(f"{family} {_n(n)}" for family, n in per_family.items())}
+                  for label, per_family in sorted(steps.items())],
+        "report": [(family, _report_line(fam["cleaning"]["report"]["family"]))
+                   for family, fam in stats["families"].items() if fam["cleaning"]["report"]["family"]],
+        "pool": _report_line(pool) if pool else None,
+        "decontamination": decontamination_text(stats.get("decontamination")),
+    }
+
+
+def blind_figures(stats: dict[str, Any]) -> dict[str, Any] | None:
+    """Per family: accepted pairs asked blind, the blind-solvable share, the chance rate of the multiple-choice
+    ones beside it, how many were dropped; and a few examples (None without a blind check)."""
+    blind = {family: fam["blind"] for family, fam in stats["families"].items() if fam.get("blind")}
+    if not blind:
+        return None
+    rows = ["| family | accepted pairs asked blind | blind-solvable | share | multiple choice asked | MC chance rate "
+            "| dropped |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for family, b in blind.items():
+        chance = _rate(b["mc_chance_rate"]) if b["mc_chance_rate"] is not None else "--"
+        rows.append(f"| {family} | {_n(b['checked'])} | {_n(b['solvable'])} | **{_rate(b['share'])}** | "
+                    f"{_n(b['mc_checked'])} | {chance} | {_n(b['dropped'])} |")
+    return {"table": "\n".join(rows),
+            "examples": [(family, b["examples"][:3]) for family, b in blind.items() if b["examples"]]}
+
+
+def license_section(stats: dict[str, Any]) -> str:
+    """The license text of `license: other` (the card shows it, and LICENSE.md holds it for `license_link`)."""
+    card = stats["card"]
+    name = card.get("license_name") or DERIVED_LICENSE_NAME
+    sources = ", ".join(f"`{s['dataset']}`" for s in stats["sources"]) or "its sources"
+    return (f"`other` (`{name}`): the rows inherit the licenses of the source data ({sources}) and the terms of "
+            f"use of the model that wrote the responses (`{stats['model']}`). Set `license` (a Hub license id) or "
+            "`license_name` in the recipe when they are known.")
+
+
+def decontamination_text(decon: dict[str, Any] | None) -> str:
+    """Which evaluation sets the pool was checked against, and how many QA pairs (and images) each removed."""
+    if not decon:
+        return "Decontamination: no evaluation sets were given (`decontaminate:`), so none was checked."
+    q = decon["questions"]
+    lines = [f"Decontamination against {len(decon['sets'])} evaluation set(s): images by perceptual hash "
+             f"confirmed pixel by pixel, questions by normalised word {q['ngram']}-grams (dropped when at least "
+             f"{q['match_share']:.0%} of a question's grams belong to one evaluation question):", ""]
+    for s in decon["sets"]:
+        where = " ".join(str(s[k]) for k in ("source_dataset", "source_config", "source_split") if s.get(k))
+        removed = s["removed_qa_pairs"]
+        templated = (" (questions come from templates: only its images were checked)"
+                     if s["questions_templated"] else "")
+        lines.append(
+            f"- `{where}`: {_n(s['images_indexed'])} images and {_n(s['questions_indexed'])} identifying questions "
+            f"checked{templated}; removed {_n(removed.get('contaminated_image', 0))} QA pairs on "
+            f"{_n(s['removed_pool_images'])} copied images (`contaminated_image`) and "
+            f"{_n(removed.get('contaminated_question', 0))} by question (`contaminated_question`)")
     return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------ render
 
 
-def explore_section(stats: dict[str, Any]) -> str:
-    """Pair hunting: what the explore pass drew and found (nothing without one)."""
-    explored = {f: fam["explore"] for f, fam in stats["families"].items() if fam.get("explore")}
-    if not explored:
-        return ""
-    gen = stats["generation"]
-    stop = ("until it had a verified-correct and a verified-wrong response (`explore_stop: paired`) or "
-            f"{gen['explore_samples']} samples" if gen["explore_stop"] == "paired"
-            else f"{gen['explore_samples']} samples each (`explore_stop: never`: exact pass rates)")
-    lines = [
-        "## Pair hunting: sampling beyond the greedy answer",
-        "",
-        f"After the greedy pass every question was sampled again at temperature {gen['explore_temperature']} "
-        f"(top-p {gen['explore_top_p']}), in rounds of 1, 2, 4, … samples over the questions still open, {stop}. "
-        "Each sample was verified as it landed. A response counts as correct when it is accepted by the rules "
-        "above (verifier, or a trusted judge `CORRECT`); as wrong when it has an extractable answer the verifier "
-        "rejected and the mismatch was decisive or the judge said `WRONG`. The pass rate of a question is its "
-        "correct responses over all responses drawn, the greedy one included (with `paired` stopping it rests on the few responses drawn before the pair was found; "
-        "`explore_stop: never` draws all samples for exact rates). Every sample's random stream is "
-        "fixed by the run's seed and the sample's key, so the samples do not depend on batching, process count "
-        "or restarts.",
-        "",
-        "`{Family}_dpo_onpolicy` pairs a response the verifier accepted with one that was verified wrong, for the "
-        "same image and question; `{Family}_grpo` holds the questions with 0 < pass rate < 1 — the ones whose "
-        "sampled rewards still differ, so a GRPO group has something to learn from.",
-        "",
-        "| family | questions | responses drawn | explore samples | on-policy pairs | samples per pair | "
-        "learnable (0 < pass rate < 1) | mean pass rate |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for family, e in explored.items():
-        pairs = _n(e["pairs"]) if e["pairs"] is not None else "view not written"
-        per_pair = f"{e['samples_per_pair']:.1f}" if e["samples_per_pair"] is not None else "–"
-        lines.append(f"| {family} | {_n(e['questions'])} | {_n(e['responses'])} | {_n(e['explore_samples'])} | "
-                     f"{pairs} | {per_pair} | {_n(e['learnable'])} ({_rate(e['learnable_share'])}) | "
-                     f"{_rate(e['mean_pass_rate'])} |")
-    bins = next(iter(explored.values()))["pass_rate_histogram"]["bins"]
-    lines += ["", "Questions per pass rate:", "",
-              "| family | " + " | ".join(f"`{b}`" for b in bins) + " |", "|---" * (len(bins) + 1) + "|"]
-    for family, e in explored.items():
-        lines.append(f"| {family} | " + " | ".join(_n(c) for c in e["pass_rate_histogram"]["counts"]) + " |")
-    lines += ["", f"![Pass rates per family](assets/{PASS_RATE_PLOT_NAME})", "",
-              "GRPO rewards by dotted path: `GRPOTrainer(reward_funcs=[rsgen.verify.rewards.relaxed], ...)` (or "
-              "`--reward_funcs rsgen.verify.rewards.relaxed` in TRL's scripts; `exact`, `numeric`, `mc`, `math` "
-              "likewise) reads the `solution` column of `{Family}_grpo` as it is.", ""]
-    return "\n".join(lines)
+def card_context(stats: dict[str, Any], dataset_dir: Path) -> dict[str, Any]:
+    """What a card template is rendered with: stats.json whole (`stats`), the figures and tables computed from it,
+    and the formatting helpers `n` (1,234) and `rate` (12.3%).
+
+    title, demo, sources, family_names, overview_table, disk {total, per_kind}, family_tables [{family, split_table,
+    summary_table, empty_configs}], plot_name, gen (stats.generation), chat_template_kwargs, tokens_table,
+    wall_times [(stage, seconds)], wall_total, verifiers [{name, families}], judge_counts, calibration, gate,
+    judge_table, spot_checks, explore {table, histogram, plot_name} or None, iterate {rounds, base_model,
+    from_base, dpo, held_out_images, held_out_fraction, rounds_table, family_table, plot_name, stopped} or None, training {repo, family}, examples
+    [{family, config, rows}], cleaning {policy_version, steps, report, pool}, license_other.
+
+    Building it writes the example images into `dataset_dir/assets/`."""
+    wall = stats["wall_time"]
+    per_kind = disk_bytes(stats)
+    return {
+        "stats": stats,
+        "n": _n,
+        "rate": _rate,
+        "title": title(stats),
+        "demo": bool(stats["card"].get("demo")),
+        "sources": stats["sources"],
+        "family_names": list(stats["families"]),
+        "overview_table": overview_table(stats),
+        "disk": {"total": _size(sum(per_kind.values())), "per_kind": [(k, _size(v)) for k, v in per_kind.items()]},
+        "family_tables": family_tables(stats),
+        "plot_name": PLOT_NAME,
+        "gen": stats["generation"],
+        "chat_template_kwargs": json.dumps(stats["generation"]["chat_template_kwargs"], sort_keys=True),
+        "tokens_table": tokens_table(stats),
+        "wall_times": [(stage, f"{secs:,.0f}") for stage, secs in (wall.get("stages_seconds") or {}).items()],
+        "wall_total": f"{wall.get('total_seconds') or 0:,.0f}",
+        "verifiers": [{"name": name, "families": families} for name, families in _verifier_names(stats).items()],
+        "judge_counts": {"decisive": 0, "judged": 0, "promoted": 0, "withheld": 0, **(stats.get("judge_counts") or {})},
+        "calibration": calibration_figures(stats.get("calibration")),
+        "calibration_examples": calibration_examples(stats),
+        "gate": gate_figures(stats),
+        "judge_table": judge_table(stats),
+        "spot_checks": spot_checks(stats),
+        "explore": explore_figures(stats),
+        "iterate": iterate_figures(stats),
+        "training": training_figures(stats),
+        "examples": examples(stats, dataset_dir),
+        "cleaning": cleaning_figures(stats),
+        "blind": blind_figures(stats),
+        "license_other": license_section(stats),
+    }
+
+
+def template_path(stats: dict[str, Any]) -> Path:
+    """The recipe's `card_template` (recorded in stats.json, so `rsgen card` re-renders with it), else ours."""
+    own = stats["card"].get("template")
+    return Path(own) if own else TEMPLATE_PATH
+
+
+def _template_error(path: Path, err: Exception) -> EmitError:
+    import jinja2
+
+    if isinstance(err, OSError):
+        return EmitError(f"card_template {str(path)!r} cannot be read ({err.strerror or err}); give the path of a "
+                         "Jinja card template, or null for rsgen's own")
+    where = f" line {err.lineno}" if isinstance(err, jinja2.TemplateSyntaxError) else ""
+    return EmitError(f"card_template {str(path)!r}{where}: {err.message or type(err).__name__}; fix the template "
+                     "(Jinja2, with the variables listed in rsgen.emit.card.card_context)")
+
+
+def check_template(path: str | Path | None) -> None:
+    """A card template that cannot be read or parsed fails here, before emit writes anything."""
+    import jinja2
+
+    if path is None:
+        return
+    try:
+        jinja2.Environment().parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, jinja2.TemplateError) as err:
+        raise _template_error(Path(path), err) from None
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else _rate(value)
+
+
+def fine_tuned_on(round_: dict[str, Any]) -> str:
+    """What a round's model was trained on: its SFT pairs, then its on-policy DPO pairs (with iterate_dpo)."""
+    training = round_.get("training") or {}
+    rows = f"{_n(training['rows'])} pairs" if "rows" in training else "–"
+    if (round_.get("dpo") or {}).get("rows"):
+        rows += f", then DPO on {_n(round_['dpo']['rows'])} on-policy pairs"
+    return rows
+
+
+def iterate_figures(stats: dict[str, Any]) -> dict[str, Any] | None:
+    """`rsgen iterate`: the rounds table and the held-out curve per family (None without iterate)."""
+    it = stats.get("iterate")
+    if not it:
+        return None
+    rounds = it["rounds"]
+    rows = []
+    for r in rounds:
+        training = r.get("training") or {}
+        losses = training.get("losses") or []
+        rows.append([str(r["round"]), f"`{r['model']}`", _pct(r["held_out"]["verifier_rate"]),
+                     _pct(r["held_out"]["accept_rate"]), _pct(r["train"]["accept_rate"]),
+                     _n(r.get("contributed_accepted", 0)),
+                     fine_tuned_on(r),
+                     f"{losses[0][1]:.3f} → {losses[-1][1]:.3f}" if losses else "–"])
+    families = sorted({f for r in rounds for f in r["held_out"]["families"]})
+    return {
+        "rounds": len(rounds),
+        "base_model": it["base_model"],
+        "from_base": it["iterate_from"] == "base",
+        "dpo": any("dpo" in r for r in rounds),
+        "held_out_images": _n(it["held_out"]["images"]),
+        "held_out_fraction": f"{it['held_out']['fraction']:.0%}",
+        "rounds_table": _table(["round", "model", "held-out accept (verifier)", "held-out accept (verifier + judge)",
+                                "training-slice accept", "accepted pairs kept here", "fine-tuned on",
+                                "SFT loss (first → last step)"], rows),
+        "family_table": _table(["family", *(f"round {r['round']}" for r in rounds)],
+                               [[family, *(_pct(r["held_out"]["families"].get(family, {}).get("verifier_rate"))
+                                           for r in rounds)] for family in families]),
+        "plot_name": ITERATE_PLOT_NAME,
+        "stopped": it.get("stopped"),
+    }
 
 
 def render_card_text(stats: dict[str, Any], dataset_dir: Path) -> str:
-    """The card's text; writes the example images and the plot into `dataset_dir/assets/` as it goes."""
+    """The card's text; writes the example images and the plots into `dataset_dir/assets/` as it goes."""
+    import jinja2
+
     assets = dataset_dir / "assets"
     assets.mkdir(parents=True, exist_ok=True)
     draw_stats_plot(stats, assets / PLOT_NAME)
     if any(fam.get("explore") for fam in stats["families"].values()):
         draw_pass_rate_plot(stats, assets / PASS_RATE_PLOT_NAME)
-    template = Template(TEMPLATE_PATH.read_text(encoding="utf-8"))
-    body = template.substitute(
-        title=title(stats),
-        demo_banner=demo_banner(stats),
-        pool_description=pool_description(stats),
-        family_list=", ".join(f"**{f}**" for f in stats["families"]),
-        overview_table=overview_table(stats),
-        family_tables="\n\n".join(family_table(f, fam) for f, fam in stats["families"].items()),
-        plot_name=PLOT_NAME,
-        production=production(stats),
-        matching=matching(stats),
-        judge=judge_section(stats),
-        explore=explore_section(stats),
-        schema=schema_section(stats),
-        training=training_section(stats),
-        examples=examples_section(stats, dataset_dir),
-        cleaning=cleaning_section(stats),
-        size_on_disk=size_on_disk(stats),
-        license=license_section(stats),
-    )
-    return str(DatasetCard(f"---\n{card_data(stats).to_yaml()}\n---\n\n{body}"))
+    if stats.get("iterate"):
+        draw_iterate_plot(stats, assets / ITERATE_PLOT_NAME)
+    path = template_path(stats)
+    try:
+        card = DatasetCard.from_template(card_data(stats), template_path=str(path), **card_context(stats, dataset_dir))
+    except (OSError, jinja2.TemplateError) as err:
+        raise _template_error(path, err) from None
+    text = str(card)
+    return text if text.endswith("\n") else text + "\n"  # Jinja drops the template's final newline
 
 
 def write_card(stats: dict[str, Any], dataset_dir: Path) -> Path:

@@ -13,13 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from rsgen.records import ExploreRecord, GenerateRecord, read_records
 from rsgen.store import CheckpointStore
-
-# Explore-record fields emit keeps in memory.
-KEPT_FIELDS = ("key", "id", "sample", "family", "question", "response", "extracted", "match", "reason", "verifier",
-               "prompt_tokens", "generated_tokens", "hit_limit")
+from rsgen.verify.decision import WRONG_ANSWER
 
 
 @dataclass(frozen=True)
@@ -36,30 +33,30 @@ class ExploreOutcome:
         return round(self.correct / self.samples, 6) if self.samples else 0.0
 
 
-def load_explore_records(explore_dir) -> dict[str, list[dict[str, Any]]]:
+def load_explore_records(explore_dir) -> dict[str, list[ExploreRecord]]:
     """QA id -> its explore records, by sample."""
-    by_id: dict[str, list[dict[str, Any]]] = {}
-    for rec in CheckpointStore(explore_dir).iter_records():
-        by_id.setdefault(rec["id"], []).append({k: rec.get(k) for k in KEPT_FIELDS})
+    by_id: dict[str, list[ExploreRecord]] = {}
+    for rec in read_records(CheckpointStore(explore_dir), ExploreRecord):
+        by_id.setdefault(rec.id, []).append(rec)
     for recs in by_id.values():
-        recs.sort(key=lambda r: r["sample"])
+        recs.sort(key=lambda r: r.sample)
     return by_id
 
 
-def explore_outcome(greedy: list[dict[str, Any]], explored: list[dict[str, Any]],
-                    decide: Callable[[dict[str, Any]], tuple[bool, str | None]]) -> ExploreOutcome:
+def explore_outcome(greedy: list[GenerateRecord], explored: list[ExploreRecord],
+                    decide: Callable[[GenerateRecord], tuple[bool, str | None]]) -> ExploreOutcome:
     """`decide(record) -> (accepted, reason)` is the routing of one response."""
     responses = [*greedy, *explored]
     correct, chosen, rejected = 0, None, None
     for rec in responses:
         accepted, reason = decide(rec)
         correct += accepted
-        if chosen is None and rec["match"]:
-            chosen = rec["response"]
-        if rejected is None and not accepted and reason == "wrong_answer" and rec.get("extracted") is not None:
-            rejected = rec["response"]
-    tokens = sum(int(r["generated_tokens"] or 0) for r in explored)
-    prompt = sum(int(r["prompt_tokens"] or 0) for r in explored)
+        if chosen is None and rec.match:
+            chosen = rec.response
+        if rejected is None and not accepted and reason == WRONG_ANSWER and rec.extracted is not None:
+            rejected = rec.response
+    tokens = sum(int(r.generated_tokens or 0) for r in explored)
+    prompt = sum(int(r.prompt_tokens or 0) for r in explored)
     return ExploreOutcome(len(responses), correct, chosen, rejected, tokens, prompt)
 
 

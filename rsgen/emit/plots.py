@@ -7,6 +7,7 @@ from typing import Any
 
 PLOT_NAME = "stats.png"
 PASS_RATE_PLOT_NAME = "pass_rates.png"
+ITERATE_PLOT_NAME = "iterate.png"
 
 
 def draw_stats_plot(stats: dict[str, Any], path: Path) -> Path:
@@ -63,6 +64,48 @@ def draw_pass_rate_plot(stats: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel("questions (%)")
     ax.set_title("Pass rate per question (learnable zone: between 0 and 1)")
     ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def draw_iterate_plot(stats: dict[str, Any], path: Path) -> Path:
+    """`rsgen iterate`: held-out accept rate per round (all families and each one), and each round's training loss."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rounds = stats["iterate"]["rounds"]
+    numbers = [r["round"] for r in rounds]
+    fig, (ax_rate, ax_loss) = plt.subplots(1, 2, figsize=(11, 4), dpi=100)
+
+    def percent(values):
+        return [100.0 * v if v is not None else float("nan") for v in values]
+
+    ax_rate.plot(numbers, percent([r["held_out"]["verifier_rate"] for r in rounds]), "o-", color="black",
+                 linewidth=2, label="all families, verifier")
+    ax_rate.plot(numbers, percent([r["held_out"]["accept_rate"] for r in rounds]), "o--", color="black",
+                 linewidth=1, label="all families, verifier + judge")
+    families = sorted({f for r in rounds for f in r["held_out"]["families"]})
+    for family in families:
+        ax_rate.plot(numbers, percent([r["held_out"]["families"].get(family, {}).get("verifier_rate") for r in rounds]),
+                     "o-", linewidth=1, label=f"{family}, verifier")
+    ax_rate.set_xticks(numbers)
+    ax_rate.set_xlabel("round (model k answered)")
+    ax_rate.set_ylabel("held-out accept rate (%)")
+    ax_rate.set_ylim(0, 100)
+    ax_rate.set_title("Held-out accept rate per round (greedy)")
+    ax_rate.legend(fontsize=7)
+
+    for r in rounds:
+        losses = r.get("training", {}).get("losses") or []
+        if losses:
+            ax_loss.plot([s for s, _ in losses], [v for _, v in losses], linewidth=1.5,
+                         label=f"round {r['round']} -> model {r['round'] + 1}")
+    ax_loss.set_xlabel("training step")
+    ax_loss.set_ylabel("SFT loss")
+    ax_loss.set_title("Fine-tuning loss per round")
+    if any(r.get("training", {}).get("losses") for r in rounds):
+        ax_loss.legend(fontsize=8)
     return _save(fig, path)
 
 

@@ -21,12 +21,21 @@ from typing import Any
 
 from rsgen.config import RecipeError
 from rsgen.emit.explored import ExploreOutcome, explore_outcome, load_explore_records, pass_rate_bin
-from rsgen.routing import (
-    CALIBRATION_PREFIX,
+from rsgen.records import (
+    CALIBRATION,
     CORRECT,
-    KNOWN_WRONG_PREFIX,
-    WITHHELD,
+    KNOWN_RIGHT,
+    KNOWN_WRONG,
     WRONG,
+    BlindRecord,
+    ExploreRecord,
+    GenerateRecord,
+    JudgeRecord,
+    read_records,
+)
+from rsgen.routing import (
+    BLIND_SOLVABLE,
+    WITHHELD,
     JudgeMissingError,
     goes_to_judge,
     judge_trusted,
@@ -34,11 +43,7 @@ from rsgen.routing import (
     route,
 )
 from rsgen.store import CheckpointStore
-
-# Generate-record fields emit keeps in memory (the rest of a record is not needed).
-_KEPT_FIELDS = ("id", "sample", "family", "question", "response", "extracted", "match", "reason", "verifier",
-                "prompt_tokens", "generated_tokens", "hit_limit")
-
+from rsgen.verify.decision import NO_ANSWER, WRONG_ANSWER
 
 # A response carries reasoning when it closes a reasoning block (a hosted model that hides its reasoning never does).
 REASONING_CLOSE_RE = re.compile(r"</(?:think|thinking|thought|reasoning)>")
@@ -65,53 +70,58 @@ class PairOutcome:
     promoted: str | None = None  # accepted by the judge: the candidate it promoted
     withheld_candidate: str | None = None  # the first candidate whose CORRECT the gate withheld
     explore: ExploreOutcome | None = None  # with an explore pass: pass rate and on-policy pair (`with_explore`)
+    round: int | None = None  # `rsgen iterate`'s final dataset: the round whose model answered
+    blind_dropped: bool = False  # accepted, then left out by `blind_check: drop` (neither accepted nor rejected)
 
 
 @dataclass
 class WorkRecords:
     """The generate and judge work of one output directory, indexed for routing."""
 
-    samples: dict[str, list[dict[str, Any]]]  # QA id -> generate records ordered by sample
-    judge: dict[str, dict[str, Any]]  # judge key (= generate key) -> record, rejected pairs only
-    calibration: dict[str, dict[str, Any]]  # generate key -> calibration judge record
+    samples: dict[str, list[GenerateRecord]]  # QA id -> generate records ordered by sample
+    judge: dict[str, JudgeRecord]  # judge key (= generate key) -> record, rejected pairs only
+    calibration: dict[str, JudgeRecord]  # generate key -> calibration judge record
     judge_enabled: bool
     num_samples: int
-    known_wrong: dict[str, dict[str, Any]] = field(default_factory=dict)  # QA id -> known-wrong judge record
+    known_wrong: dict[str, JudgeRecord] = field(default_factory=dict)  # QA id -> known-wrong judge record
     judge_scope: str = "undecided"
     numeric_tolerance: float | None = None
     min_specificity: float = 0.95
-    explore: dict[str, list[dict[str, Any]]] | None = None  # QA id -> explore records; None: no explore pass
+    explore: dict[str, list[ExploreRecord]] | None = None  # QA id -> explore records; None: no explore pass
+    blind: dict[str, BlindRecord] | None = None  # QA id -> blind record; None: blind_check off
+    blind_drop: bool = False  # blind_check: drop
+    known_right: dict[str, JudgeRecord] = field(default_factory=dict)  # QA id -> known-right judge record
 
     @classmethod
-    def load(cls, generate_dir, judge_dir, *, judge_enabled: bool, num_samples: int, judge_scope: str = "undecided",
+    def load(cls, generate: Iterable[GenerateRecord], judge_dir, *, judge_enabled: bool, num_samples: int,
+             judge_scope: str = "undecided",
              numeric_tolerance: float | None = None, min_specificity: float = 0.95, explore_dir=None) -> WorkRecords:
-        samples: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for rec in CheckpointStore(generate_dir).iter_records():
-            kept = {k: rec.get(k) for k in _KEPT_FIELDS}
-            kept["key"] = rec["key"]
-            samples[rec["id"]].append(kept)
+        samples: dict[str, list[GenerateRecord]] = defaultdict(list)
+        for rec in generate:  # with the verify stage's decisions (rsgen.decisions.decided_records)
+            samples[rec.id].append(rec)
         for recs in samples.values():
-            recs.sort(key=lambda r: (r["sample"] or 0))
-        judge: dict[str, dict[str, Any]] = {}
-        calibration: dict[str, dict[str, Any]] = {}
-        known_wrong: dict[str, dict[str, Any]] = {}
+            recs.sort(key=lambda r: (r.sample or 0))
+        judge: dict[str, JudgeRecord] = {}
+        calibration: dict[str, JudgeRecord] = {}
+        known_wrong: dict[str, JudgeRecord] = {}
+        known_right: dict[str, JudgeRecord] = {}
         if judge_enabled:
-            for rec in CheckpointStore(judge_dir).iter_records():
-                slim = {k: rec.get(k) for k in ("key", "id", "kind", "family", "verdict", "generated_tokens",
-                                                "prompt_tokens", "reference", "candidate")}
-                if rec["key"].startswith(CALIBRATION_PREFIX):
-                    calibration[rec["key"][len(CALIBRATION_PREFIX):]] = slim
-                elif rec["key"].startswith(KNOWN_WRONG_PREFIX):
-                    known_wrong[rec["key"][len(KNOWN_WRONG_PREFIX):]] = slim
+            for rec in read_records(CheckpointStore(judge_dir), JudgeRecord):
+                if rec.kind == CALIBRATION:
+                    calibration[rec.response_key] = rec
+                elif rec.kind == KNOWN_WRONG:
+                    known_wrong[rec.id] = rec
+                elif rec.kind == KNOWN_RIGHT:
+                    known_right[rec.id] = rec
                 else:
-                    judge[rec["key"]] = slim
+                    judge[rec.key] = rec
         explore = load_explore_records(explore_dir) if explore_dir is not None else None
         return cls(dict(samples), judge, calibration, judge_enabled, num_samples, known_wrong, judge_scope,
-                   numeric_tolerance, min_specificity, explore)
+                   numeric_tolerance, min_specificity, explore, known_right=known_right)
 
     def known_wrong_counts(self, family: str) -> tuple[int, int]:
         """(known-wrong pairs the judge called WRONG, known-wrong pairs judged) in `family`."""
-        verdicts = [rec["verdict"] for rec in self.known_wrong.values() if rec["family"] == family]
+        verdicts = [rec.verdict for rec in self.known_wrong.values() if rec.family == family]
         return sum(v == WRONG for v in verdicts), len(verdicts)
 
     def trusted(self, family: str) -> bool:
@@ -120,6 +130,10 @@ class WorkRecords:
         if family not in cache:
             cache[family] = judge_trusted(*self.known_wrong_counts(family), self.min_specificity)
         return cache[family]
+
+    def outcome(self, qa: dict[str, Any]) -> PairOutcome:
+        """Where the QA pair goes by the routing rules (`rsgen iterate` merges rounds by overriding this)."""
+        return route_pair(qa, self)
 
     def judge_needed(self) -> bool:
         """Whether any sample is one the judge must grade (verifier rejection with an extractable answer)."""
@@ -140,17 +154,17 @@ def route_pair(qa: dict[str, Any], work: WorkRecords) -> PairOutcome:
             f"{work.num_samples}; finish the generate stage first"
         )
     for rec in samples:
-        if rec["question"] != qa["question"]:
+        if rec.question != qa["question"]:
             raise EmitError(
                 f"QA pair {qa_id!r}: the prepared question differs from the text the model received "
-                f"(prepared {qa['question']!r}, generate record {rec['key']!r} has {rec['question']!r}); "
+                f"(prepared {qa['question']!r}, generate record {rec.key!r} has {rec.question!r}); "
                 "the work files belong to another prepared pool"
             )
     paths = []
     decisions = []
     for rec in samples:
         judged = goes_to_judge(rec, qa["answers"], qa.get("options"), work.judge_scope, work.numeric_tolerance)
-        if rec["match"]:
+        if rec.match:
             paths.append("verifier")
         elif work.judge_enabled and judged:
             paths.append("judge")
@@ -159,32 +173,46 @@ def route_pair(qa: dict[str, Any], work: WorkRecords) -> PairOutcome:
         else:
             paths.append("unjudged")
         try:
-            decisions.append(route(rec, work.judge.get(rec["key"]), work.judge_enabled, judged=judged,
-                                   trusted=work.trusted(rec.get("family") or "") if judged else True))
+            decisions.append(route(rec, work.judge.get(rec.key), work.judge_enabled, judged=judged,
+                                   trusted=work.trusted(rec.family or "") if judged else True))
         except JudgeMissingError as err:
             raise EmitError(str(err)) from err
     withheld = sum(reason == WITHHELD for _, reason in decisions)
-    withheld_candidate = next((rec["extracted"] for rec, (_, reason) in zip(samples, decisions) if reason == WITHHELD),
+    withheld_candidate = next((rec.extracted for rec, (_, reason) in zip(samples, decisions) if reason == WITHHELD),
                               None)
     for rec, (accepted, _reason) in zip(samples, decisions):
         if accepted:
-            via = "verifier" if rec["match"] else "judge"
-            promoted = rec["extracted"] if via == "judge" else None
-            return PairOutcome(qa_id, True, via, rec["response"], None, None, tuple(paths), withheld, promoted)
+            via = "verifier" if rec.match else "judge"
+            promoted = rec.extracted if via == "judge" else None
+            return PairOutcome(qa_id, True, via, rec.response, None, None, tuple(paths), withheld, promoted)
     first = samples[0]
-    reason = decisions[0][1] or "wrong_answer"
-    wrong = first["extracted"] if reason != "no_answer" else None
+    reason = decisions[0][1] or WRONG_ANSWER
+    wrong = first.extracted if reason != NO_ANSWER else None
     return PairOutcome(qa_id, False, "rejected", None, wrong, reason, tuple(paths), withheld,
                        withheld_candidate=withheld_candidate)
 
 
-def route_sample(rec: dict[str, Any], qa: dict[str, Any], work: WorkRecords) -> tuple[bool, str | None]:
+def with_blind(outcome: PairOutcome, work: WorkRecords) -> PairOutcome:
+    """Under `blind_check: drop`, an accepted pair whose blind answer verified leaves the splits and views."""
+    if not (work.blind_drop and outcome.accepted and work.blind is not None):
+        return outcome
+    rec = work.blind.get(outcome.qa_id)
+    if rec is None:
+        raise EmitError(f"accepted QA pair {outcome.qa_id!r} has no blind record: run `rsgen blind` (or `rsgen run`) "
+                        "first, or set blind_check: off")
+    if not rec.solvable:
+        return outcome
+    return dataclasses.replace(outcome, accepted=False, via="blind_dropped", reason=BLIND_SOLVABLE,
+                               blind_dropped=True)
+
+
+def route_sample(rec: GenerateRecord, qa: dict[str, Any], work: WorkRecords) -> tuple[bool, str | None]:
     """(accepted, reason) of one response (an explore sample, or the greedy answer) by the routing rules: decisive
     mismatches are final, others take the judge's verdict, a CORRECT counts where the family's judge is trusted."""
     judged = goes_to_judge(rec, qa["answers"], qa.get("options"), work.judge_scope, work.numeric_tolerance)
     try:
-        return route(rec, work.judge.get(rec["key"]), work.judge_enabled, judged=judged,
-                     trusted=work.trusted(rec.get("family") or "") if judged else True)
+        return route(rec, work.judge.get(rec.key), work.judge_enabled, judged=judged,
+                     trusted=work.trusted(rec.family or "") if judged else True)
     except JudgeMissingError as err:
         raise EmitError(str(err)) from err
 
@@ -195,8 +223,8 @@ def with_explore(outcome: PairOutcome, qa: dict[str, Any], work: WorkRecords) ->
         return outcome
     explored = work.explore.get(qa["id"], [])
     for rec in explored:
-        if rec["question"] != qa["question"]:
-            raise EmitError(f"explore record {rec['key']!r} asked {rec['question']!r}, the prepared pool has "
+        if rec.question != qa["question"]:
+            raise EmitError(f"explore record {rec.key!r} asked {rec.question!r}, the prepared pool has "
                             f"{qa['question']!r}: the work files belong to another prepared pool")
     found = explore_outcome(work.samples[qa["id"]], explored, lambda rec: route_sample(rec, qa, work))
     return dataclasses.replace(outcome, explore=found)
@@ -224,6 +252,12 @@ class FamilyRouting:
     calibration_total: int = 0
     known_wrong_rejected: int = 0
     known_wrong_total: int = 0
+    known_right_promoted: int = 0
+    known_right_total: int = 0
+    # form -> [verdicts as they should be, pairs judged], and up to SPOT_CHECKS examples per side
+    known_wrong_forms: dict[str, list[int]] = field(default_factory=dict)
+    known_right_forms: dict[str, list[int]] = field(default_factory=dict)
+    calibration_examples: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     samples: int = 0
     prompt_tokens: int = 0
     generated_tokens: int = 0
@@ -238,6 +272,12 @@ class FamilyRouting:
     explore_tokens: int = 0  # tokens generated by explore samples
     explore_prompt_tokens: int = 0
     explore_pass_rates: Counter = field(default_factory=Counter)  # questions per pass-rate bin
+    blind_checked: int = 0  # accepted pairs with a blind record
+    blind_solvable: int = 0
+    blind_mc_checked: int = 0  # ... of them multiple choice
+    blind_chance: float = 0.0  # sum of 1 / options over the multiple-choice ones
+    blind_dropped_qa: int = 0  # left out by blind_check: drop
+    blind_examples: list[dict[str, str]] = field(default_factory=list)  # up to SPOT_CHECKS blind-solvable pairs
 
 
 def tally_row(tally: FamilyRouting, qas: Iterable[dict[str, Any]], outcomes: list[PairOutcome],
@@ -255,7 +295,20 @@ def tally_row(tally: FamilyRouting, qas: Iterable[dict[str, Any]], outcomes: lis
             tally.explore_tokens += outcome.explore.explore_tokens
             tally.explore_prompt_tokens += outcome.explore.explore_prompt_tokens
             tally.explore_pass_rates[pass_rate_bin(outcome.explore.pass_rate)] += 1
-        if outcome.accepted:
+        blind = work.blind.get(qa["id"]) if work.blind is not None and (outcome.accepted or outcome.blind_dropped) \
+            else None
+        if blind is not None:
+            tally.blind_checked += 1
+            tally.blind_solvable += blind.solvable
+            if blind.options:
+                tally.blind_mc_checked += 1
+                tally.blind_chance += 1 / blind.options
+            if blind.solvable and len(tally.blind_examples) < SPOT_CHECKS:
+                tally.blind_examples.append({"question": qa["question"], "reference": qa["answers"][0],
+                                             "blind_answer": blind.extracted})
+        if outcome.blind_dropped:
+            tally.blind_dropped_qa += 1
+        elif outcome.accepted:
             tally.accepted_qa += 1
             if outcome.via == "verifier":
                 tally.verifier_accepted_qa += 1
@@ -272,30 +325,49 @@ def tally_row(tally: FamilyRouting, qas: Iterable[dict[str, Any]], outcomes: lis
                                                   "candidate": outcome.withheld_candidate})
         for rec, path in zip(work.samples[qa["id"]], outcome.paths):
             tally.samples += 1
-            tally.prompt_tokens += int(rec["prompt_tokens"] or 0)
-            tally.generated_tokens += int(rec["generated_tokens"] or 0)
-            tally.hit_limit += bool(rec["hit_limit"])
-            tally.with_reasoning += bool(REASONING_CLOSE_RE.search(rec["response"] or ""))
-            tally.response_tokens.append(int(rec["generated_tokens"] or 0))
-            if rec["verifier"]:
-                tally.verifiers[rec["verifier"]] += 1
-            judged = work.judge.get(rec["key"]) if path == "judge" else None
+            tally.prompt_tokens += int(rec.prompt_tokens or 0)
+            tally.generated_tokens += int(rec.generated_tokens or 0)
+            tally.hit_limit += bool(rec.hit_limit)
+            tally.with_reasoning += bool(REASONING_CLOSE_RE.search(rec.response or ""))
+            tally.response_tokens.append(int(rec.generated_tokens or 0))
+            if rec.verifier:
+                tally.verifiers[rec.verifier] += 1
+            judged = work.judge.get(rec.key) if path == "judge" else None
             if judged is not None:
-                tally.judge_verdicts[judged["verdict"]] += 1
-                tally.judge_generated_tokens += int(judged["generated_tokens"] or 0)
-                tally.judge_prompt_tokens += int(judged["prompt_tokens"] or 0)
-            calib = work.calibration.get(rec["key"])
+                tally.judge_verdicts[judged.verdict] += 1
+                tally.judge_generated_tokens += int(judged.generated_tokens or 0)
+                tally.judge_prompt_tokens += int(judged.prompt_tokens or 0)
+            calib = work.calibration.get(rec.key)
             if calib is not None:
                 tally.calibration_total += 1
-                tally.calibration_agreed += calib["verdict"] == CORRECT
-                tally.judge_generated_tokens += int(calib["generated_tokens"] or 0)
-                tally.judge_prompt_tokens += int(calib["prompt_tokens"] or 0)
-        known = work.known_wrong.get(qa["id"])
-        if known is not None:
-            tally.known_wrong_total += 1
-            tally.known_wrong_rejected += known["verdict"] == WRONG
-            tally.judge_generated_tokens += int(known["generated_tokens"] or 0)
-            tally.judge_prompt_tokens += int(known["prompt_tokens"] or 0)
+                tally.calibration_agreed += calib.verdict == CORRECT
+                tally.judge_generated_tokens += int(calib.generated_tokens or 0)
+                tally.judge_prompt_tokens += int(calib.prompt_tokens or 0)
+                shown = tally.calibration_examples.setdefault("accepted", [])
+                if len(shown) < SPOT_CHECKS:
+                    shown.append({"question": qa["question"], "reference": qa["answers"][0],
+                                  "candidate": calib.candidate, "form": "", "verdict": calib.verdict})
+        for side, built, expected in (("known_wrong", work.known_wrong, WRONG),
+                                      ("known_right", work.known_right, CORRECT)):
+            known = built.get(qa["id"])
+            if known is None:
+                continue
+            as_expected = known.verdict == expected
+            if side == "known_wrong":
+                tally.known_wrong_total += 1
+                tally.known_wrong_rejected += as_expected
+            else:
+                tally.known_right_total += 1
+                tally.known_right_promoted += as_expected
+            form = getattr(tally, side + "_forms").setdefault(known.miss or "unrecorded", [0, 0])
+            form[0] += as_expected
+            form[1] += 1
+            tally.judge_generated_tokens += int(known.generated_tokens or 0)
+            tally.judge_prompt_tokens += int(known.prompt_tokens or 0)
+            shown = tally.calibration_examples.setdefault(side, [])
+            if len(shown) < SPOT_CHECKS:
+                shown.append({"question": qa["question"], "reference": qa["answers"][0], "candidate": known.candidate,
+                              "form": known.miss or "", "verdict": known.verdict})
 
 
 # ----------------------------------------------------------------------------------------- split rows
@@ -310,6 +382,8 @@ def split_qa(kind: str, qas: list[dict[str, Any]], outcomes: list[PairOutcome]) 
     out = []
     for qa, outcome in zip(qas, outcomes):
         answer = qa["answers"][0]  # answers[0] is the canonical official answer
+        if outcome.blind_dropped:
+            continue  # blind_check: drop -- in no split and no view
         if kind == "rejected" and not outcome.accepted:
             out.append({"question": qa["question"], "answer": answer, "wrong_vlm": outcome.wrong_vlm,
                         "reason": outcome.reason})

@@ -24,19 +24,21 @@ import pyarrow.compute as pc
 import yaml
 
 from rsgen.config import RecipeConfig
-from rsgen.emit.card import write_card
+from rsgen.decisions import decided_records
+from rsgen.emit.card import check_template, default_config, write_card
 from rsgen.emit.splits import (
     EmitError,
     FamilyRouting,
     PairOutcome,
     WorkRecords,
     emitted_clean_meta,
-    route_pair,
     split_qa,
     tally_row,
+    with_blind,
     with_explore,
 )
 from rsgen.emit.stats import (
+    CALIBRATION_ZERO,
     MB,
     RS_KINDS,
     SPLIT,
@@ -45,14 +47,17 @@ from rsgen.emit.stats import (
     config_features,
     config_name,
     family_stats,
-    gate_warnings,
+    stats_table,
     write_stats,
     written_kinds,
 )
 from rsgen.emit.trl_views import VIEWS
 from rsgen.layout import OutputLayout
+from rsgen.records import BlindRecord, records_by_key
+from rsgen.routing import gate_lines
 from rsgen.schema import PreparedPool, open_prepared
 from rsgen.shards import ParquetShardWriter, swap_dir_into_place, written_sizes
+from rsgen.store import CheckpointStore
 
 BATCH_ROWS = 64  # prepared rows read per batch (bounded by image bytes, not by the pool)
 _CONFIG_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -82,7 +87,8 @@ def rows_for_image(image: dict[str, Any], sha: str, qas: list[dict[str, Any]], o
     for kind, split in RS_KINDS.items():
         qa = split_qa(split, qas, outcomes)
         if qa:  # an image with no QA pair in a split is not written to it
-            out[kind].append({"image": image, "image_sha256": sha, "qa": qa, "clean_meta": meta})
+            out[kind].append({"image": image, "image_sha256": sha, "qa": qa,
+                              "clean_meta": _with_rounds(meta, split, outcomes)})
     skipped: dict[str, dict[str, int]] = {}
     for kind in kinds:
         view = VIEWS.get(kind)
@@ -92,6 +98,14 @@ def rows_for_image(image: dict[str, Any], sha: str, qas: list[dict[str, Any]], o
         if source:
             out[kind], skipped[kind] = view.rows(image, source, recipe)
     return out, skipped
+
+
+def _with_rounds(meta: dict[str, Any], split: str, outcomes: list[PairOutcome]) -> dict[str, Any]:
+    """clean_meta with the round of each pair in the row's `qa` when the outcomes come from `rsgen iterate`."""
+    if all(o.round is None for o in outcomes):
+        return meta
+    kept = [o for o in outcomes if o.accepted == (split != "rejected")]
+    return {**meta, "qa_rounds": [o.round for o in kept]}
 
 
 @dataclass
@@ -131,7 +145,7 @@ def plan_families(prepared: PreparedPool, work: WorkRecords, recipe: RecipeConfi
             plan = families[family] = FamilyPlan(family, config_prefix(family))
             plan.plans = {kind: SplitPlan(config_name(plan.prefix, kind)) for kind in kinds}
         qas = row["qa"]
-        outcomes = [with_explore(route_pair(qa, work), qa, work) for qa in qas]
+        outcomes = [with_blind(with_explore(work.outcome(qa), qa, work), work) for qa in qas]
         seen_ids.update(qa["id"] for qa in qas)
         tally_row(plan.tally, qas, outcomes, row["clean_meta"]["steps"] or [], work)
         plan.row_indices.append(position)
@@ -157,9 +171,10 @@ def plan_families(prepared: PreparedPool, work: WorkRecords, recipe: RecipeConfi
 
 def write_family(prepared: PreparedPool, plan: FamilyPlan, recipe: RecipeConfig, dataset_dir: Path) -> None:
     """Pass 2: write the configs of one family."""
+    rounds = any(o.round is not None for outcomes in plan.outcomes for o in outcomes)
     # An empty config is not written: `datasets` cannot load a split without rows.
     writers = {
-        kind: ParquetShardWriter(dataset_dir / "data" / split.config, config_features(kind), SPLIT,
+        kind: ParquetShardWriter(dataset_dir / "data" / split.config, config_features(kind, rounds), SPLIT,
                                  max_shard_bytes=recipe.shard_size_mb * MB)
         for kind, split in plan.plans.items()
         if split.rows
@@ -189,19 +204,45 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def run_emit(recipe: RecipeConfig) -> Path:
-    """Write OUTPUT_DIR/dataset/ (splits, TRL views, card, assets) and OUTPUT_DIR/stats.json; push if asked."""
-    if recipe.push_to_hub:  # fail before writing anything when the push cannot happen
-        from rsgen.emit.push import check_hub_access
-
-        check_hub_access(recipe)
+def load_work(recipe: RecipeConfig) -> WorkRecords:
+    """The generate (with verify's decisions), judge (and explore) work of the recipe's output directory, as emit
+    routes it."""
     layout = OutputLayout(recipe.output_dir)
-    prepared = open_prepared(recipe.output_dir)
-    work = WorkRecords.load(layout.generate_work, layout.judge_work, judge_enabled=recipe.judge,
+    work = WorkRecords.load(decided_records(recipe).values(), layout.judge_work, judge_enabled=recipe.judge,
                             num_samples=recipe.num_samples, judge_scope=recipe.judge_scope,
                             numeric_tolerance=recipe.numeric_tolerance,
                             min_specificity=recipe.judge_min_specificity,
                             explore_dir=layout.explore_work if recipe.explore_samples else None)
+    if recipe.blind_check != "off":
+        work.blind = records_by_key(CheckpointStore(layout.blind_work), BlindRecord)
+        work.blind_drop = recipe.blind_check == "drop"
+    return work
+
+
+def check_emit(recipe: RecipeConfig) -> None:
+    """Pre-flight: the recipe's views exist (and have the explore pass they need); a push can reach the Hub."""
+    written_kinds(recipe.views, explore=recipe.explore_samples > 0)
+    if recipe.push_to_hub:
+        from rsgen.emit.push import check_hub_access
+
+        check_hub_access(recipe)
+
+
+def run_emit(recipe: RecipeConfig, state=None, *, work: WorkRecords | None = None,
+             extra_stats: dict[str, Any] | None = None) -> Path:
+    """Write OUTPUT_DIR/dataset/ (splits, TRL views, card, assets) and OUTPUT_DIR/stats.json; push if asked.
+    One writer: the pipeline calls it on the main process only (`state` is unused).
+
+    `work`: the records to route (default: the output directory's own work; `rsgen iterate` passes its rounds
+    merged); `extra_stats`: more top-level stats.json entries the card renders (`iterate`)."""
+    if recipe.push_to_hub:  # fail before writing anything when the push cannot happen
+        from rsgen.emit.push import check_hub_access
+
+        check_hub_access(recipe)
+    check_template(recipe.card_template)
+    layout = OutputLayout(recipe.output_dir)
+    prepared = open_prepared(recipe.output_dir)
+    work = work if work is not None else load_work(recipe)
     if recipe.judge and work.judge_needed() and not (work.judge or work.calibration or work.known_wrong):
         raise EmitError("judge: true but there are no judge records in "
                         f"{str(layout.judge_work)!r}; run `rsgen judge` (or `rsgen run`) first, or set judge: false")
@@ -220,12 +261,15 @@ def run_emit(recipe: RecipeConfig) -> Path:
     report = _read_json(layout.prepare_report)
     stats_families = {
         plan.family: family_stats(plan.family, plan.tally, plan.plans, recipe.verifier_for(plan.family), recipe.judge,
-                                  report, recipe.max_new_tokens, recipe.judge_min_specificity)
+                                  report, recipe.max_new_tokens, recipe.judge_min_specificity, recipe.judge_min_recall)
         for plan in families.values()
     }
-    for warning in gate_warnings(stats_families, recipe.judge_min_specificity):
-        logger.warning(warning)
-    stats = build_stats(recipe, stats_families, _read_json(layout.run_json), report, outside)
+    gate = {family: {**(fam["calibration"] or CALIBRATION_ZERO), "judged": fam["judge"]["judged"],
+                     "withheld": fam["judge"]["withheld"]}
+            for family, fam in stats_families.items() if fam["judge"]["enabled"]}
+    for level, line in gate_lines(gate, recipe.judge_min_specificity, recipe.judge_min_recall):
+        logger.log(level, line)
+    stats = {**build_stats(recipe, stats_families, _read_json(layout.run_json), report, outside), **(extra_stats or {})}
 
     write_card(stats, partial)
     write_run_files(recipe, stats, partial)
@@ -233,6 +277,11 @@ def run_emit(recipe: RecipeConfig) -> Path:
     write_stats(layout.stats_json, stats)
     written = sum(1 for plan in families.values() for split in plan.plans.values() if split.rows)
     _log(f"dataset written to {layout.dataset} ({written} configs); stats in {layout.stats_json}")
+    print("\n" + stats_table(stats), flush=True)  # the run's final table, on stdout like generate's table
+    if default_config(stats) is None:
+        logger.warning(f"no default config: no family has accepted QA pairs in an `_sft` view, so "
+                       f"`load_dataset({str(layout.dataset)!r})` needs a config name (the rejected splits are never "
+                       "the default)")
 
     if recipe.push_to_hub:
         from rsgen.emit.push import push_dataset

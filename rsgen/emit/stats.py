@@ -9,15 +9,18 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from datasets import Features
 
 from rsgen.config import DEMO_DATASET, DEMO_MODEL, RecipeConfig, RecipeError, SourceConfig
+from rsgen.emit import STAGE
 from rsgen.emit.explored import PASS_RATE_BINS
 from rsgen.emit.splits import FamilyRouting
 from rsgen.emit.trl_views import VIEWS
-from rsgen.routing import judge_trusted, specificity
+from rsgen.records import CORRECT, UNSURE, WRONG
+from rsgen.routing import judge_trusted, recall, specificity
 from rsgen.schema import split_features
 
 RS_KINDS = {"RS_think": "think", "RS_nothink": "nothink", "rejected": "rejected"}  # config kind -> schema split
@@ -56,10 +59,11 @@ def written_kinds(views: list[str] | None, explore: bool = False) -> tuple[str, 
     return (*RS_KINDS, *(v for v in VIEWS if v in chosen))
 
 
-def config_features(kind: str) -> Features:
-    """Features of a config kind (RS_think | RS_nothink | rejected | sft | dpo)."""
+def config_features(kind: str, rounds: bool = False) -> Features:
+    """Features of a config kind (RS_think | RS_nothink | rejected | sft | dpo); `rounds`: the splits carry
+    `clean_meta.qa_rounds` (`rsgen iterate`'s final dataset)."""
     if kind in RS_KINDS:
-        return split_features(RS_KINDS[kind])
+        return split_features(RS_KINDS[kind], rounds)
     if kind in VIEWS:
         return VIEWS[kind].features
     raise ValueError(f"unknown config kind {kind!r}")
@@ -95,7 +99,7 @@ def _flatten_counts(node: Any, prefix: str = "") -> dict[str, int]:
     return out
 
 
-NOT_COUNTS = ("families", "sources", "steps", "shards")  # report entries that are not pool-wide counts
+NOT_COUNTS = ("families", "sources", "steps", "shards", "decontamination")  # report entries that are not pool-wide counts
 
 
 def cleaning_counts(report: dict[str, Any] | None, family: str) -> dict[str, dict[str, int]]:
@@ -125,10 +129,16 @@ def _parse_time(text: str | None) -> _dt.datetime | None:
 
 
 def stage_wall_times(run: dict[str, Any] | None) -> dict[str, Any]:
-    """Seconds per finished stage as run.json records them (the last invocation of each stage)."""
+    """Seconds per finished stage before this emit, as run.json records them (the last invocation of each stage),
+    in the pipeline's order: each entry's `position` in `rsgen.pipeline.STAGES` (entries written by an older rsgen
+    have none: they follow, by start time)."""
+    recorded = (run or {}).get("stages") or {}
+    names = sorted((name for name in recorded if name != STAGE.name),  # this emit has not finished yet
+                   key=lambda name: (recorded[name].get("position", len(recorded)),
+                                     recorded[name].get("started_at") or "", name))
     stages = {}
-    for name in ("prepare", "generate", "explore", "judge"):
-        entry = ((run or {}).get("stages") or {}).get(name) or {}
+    for name in names:
+        entry = recorded[name] or {}
         start, end = _parse_time(entry.get("started_at")), _parse_time(entry.get("finished_at"))
         if start and end:
             stages[name] = round((end - start).total_seconds(), 1)
@@ -139,34 +149,64 @@ def stage_wall_times(run: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def calibration_stats(tally: FamilyRouting) -> dict[str, int]:
-    """Both sides of the judge's calibration: verifier-accepted pairs it agreed with (CORRECT), known-wrong pairs it
-    rejected (WRONG)."""
+CALIBRATION_COUNTS = ("agreed", "total", "known_wrong_rejected", "known_wrong_total", "known_right_promoted",
+                      "known_right_total")
+CALIBRATION_ZERO = dict.fromkeys(CALIBRATION_COUNTS, 0)
+
+
+def calibration_stats(tally: FamilyRouting) -> dict[str, Any]:
+    """The three sides of the judge's calibration: verifier-accepted pairs it agreed with (CORRECT), known-wrong
+    pairs it rejected (WRONG), known-right pairs (verifier false negatives built from the pool) it promoted
+    (CORRECT); the built pairs per form ({form: {"as_expected", "total"}}) and up to 10 examples per side."""
+    def forms(counts: dict[str, list[int]]) -> dict[str, dict[str, int]]:
+        return {form: {"as_expected": hit, "total": total} for form, (hit, total) in sorted(counts.items())}
+
     return {"agreed": tally.calibration_agreed, "total": tally.calibration_total,
-            "known_wrong_rejected": tally.known_wrong_rejected, "known_wrong_total": tally.known_wrong_total}
+            "known_wrong_rejected": tally.known_wrong_rejected, "known_wrong_total": tally.known_wrong_total,
+            "known_right_promoted": tally.known_right_promoted, "known_right_total": tally.known_right_total,
+            "known_wrong_forms": forms(tally.known_wrong_forms), "known_right_forms": forms(tally.known_right_forms),
+            "examples": {side: list(shown) for side, shown in sorted(tally.calibration_examples.items())}}
 
 
-def gate_stats(calibration: dict[str, int] | None, min_specificity: float) -> dict[str, Any]:
-    """The leniency gate of one family: its known-wrong rejection rate against `judge_min_specificity`."""
-    rejected, total = (calibration["known_wrong_rejected"], calibration["known_wrong_total"]) if calibration else (0, 0)
+def gate_stats(calibration: dict[str, Any] | None, min_specificity: float, consulted: bool = True,
+               min_recall: float = 0.5) -> dict[str, Any]:
+    """The leniency gate of one family: its known-wrong rejection rate against `judge_min_specificity`; whether the
+    judge was consulted at all (a judged rejection); its known-right recall against `judge_min_recall` (reported)."""
+    c = {**CALIBRATION_ZERO, **(calibration or {})}
+    rejected, total = c["known_wrong_rejected"], c["known_wrong_total"]
+    right = recall(c["known_right_promoted"], c["known_right_total"])
     return {"min_specificity": min_specificity, "specificity": round(specificity(rejected, total), 6) if total else None,
-            "withheld": not judge_trusted(rejected, total, min_specificity)}
+            "withheld": consulted and not judge_trusted(rejected, total, min_specificity), "consulted": consulted,
+            "min_recall": min_recall, "recall": round(right, 6) if right is not None else None,
+            "adds_little": right is not None and right < min_recall}
 
 
-def gate_warnings(families: dict[str, dict[str, Any]], min_specificity: float) -> list[str]:
-    """One line per family whose judge promotions the leniency gate withheld."""
-    out = []
-    for family, fam in families.items():
-        judge = fam["judge"]
-        if not judge["enabled"] or not judge["gate"]["withheld"]:
-            continue
-        calib = fam["calibration"] or {"known_wrong_rejected": 0, "known_wrong_total": 0}
-        measured = (f"said WRONG to only {calib['known_wrong_rejected']}/{calib['known_wrong_total']} known-wrong "
-                    f"pairs ({judge['gate']['specificity']:.1%})" if calib["known_wrong_total"]
-                    else "could not be measured on known-wrong pairs")
-        out.append(f"family {family}: the judge {measured}, below judge_min_specificity {min_specificity:.0%}; "
-                   f"{judge['withheld']} promotion(s) withheld (reason judge_withheld)")
-    return out
+def stats_table(stats: dict[str, Any]) -> str:
+    """The final table of a run, per family: accepted, rejected (and of those bad_input, a column shown when any
+    family has some), accept rate, judge promotions and withheld ones, and the three calibration sides:
+    verifier-accepted pairs the judge agreed with, known-wrong pairs it rejected, known-right pairs it promoted."""
+    families = stats["families"]
+    bad_input = {name: fam["rejected_reasons"].get("bad_input", 0) for name, fam in families.items()}
+    show_bad = any(bad_input.values())
+    header = (f"{'family':<12} {'accepted':>9} {'rejected':>9}" + (f" {'bad input':>10}" if show_bad else "")
+              + f" {'accept rate':>12} {'judge +':>8} {'withheld':>9} {'agreed':>8} {'known-wrong rejected':>21}"
+              f" {'known-right promoted':>21}")
+    lines = [header, "-" * len(header)]
+    for name, fam in sorted(families.items()):
+        calib = fam.get("calibration") or {}
+        judge = fam.get("judge", {})
+        agreed = f"{calib['agreed']}/{calib['total']}" if calib.get("total") else "-"
+        rejected = (f"{calib['known_wrong_rejected']}/{calib['known_wrong_total']}" if calib.get("known_wrong_total")
+                    else "-")
+        recovered = (f"{calib['known_right_promoted']}/{calib['known_right_total']}" if calib.get("known_right_total")
+                     else "-")
+        lines.append(f"{name:<12} {fam['accepted_qa']:>9} {fam['rejected_qa']:>9}"
+                     + (f" {bad_input[name]:>10}" if show_bad else "")
+                     + f" {fam['accept_rate']:>11.1%} {judge.get('promoted', 0):>8} {judge.get('withheld', 0):>9} "
+                     f"{agreed:>8} {rejected:>21} {recovered:>21}")
+    return "\n".join(lines)
+
+
 def explore_stats(tally: FamilyRouting, plans: dict[str, SplitPlan]) -> dict[str, Any] | None:
     """What the explore pass found in a family (None without one): the pass-rate histogram over questions,
     on-policy pairs found, responses drawn (greedy included) and the share of questions in the learnable zone."""
@@ -194,8 +234,8 @@ def explore_stats(tally: FamilyRouting, plans: dict[str, SplitPlan]) -> dict[str
 
 def family_stats(family: str, tally: FamilyRouting, plans: dict[str, SplitPlan], verifier: str,
                  judge_enabled: bool, report: dict[str, Any] | None, max_new_tokens: int,
-                 min_specificity: float = 0.95) -> dict[str, Any]:
-    has_calibration = judge_enabled and (tally.calibration_total or tally.known_wrong_total)
+                 min_specificity: float = 0.95, min_recall: float = 0.5) -> dict[str, Any]:
+    has_calibration = judge_enabled and (tally.calibration_total or tally.known_wrong_total or tally.known_right_total)
     calibration = calibration_stats(tally) if has_calibration else None
     return {
         "verifier": verifier,
@@ -203,6 +243,7 @@ def family_stats(family: str, tally: FamilyRouting, plans: dict[str, SplitPlan],
         "prepared_qa": tally.prepared_qa,
         "accepted_qa": tally.accepted_qa,
         "rejected_qa": tally.rejected_qa,
+        "blind_dropped_qa": tally.blind_dropped_qa,
         "accept_rate": round(tally.accepted_qa / tally.prepared_qa, 6) if tally.prepared_qa else 0.0,
         "verifier_accepted_qa": tally.verifier_accepted_qa,
         "rejected_reasons": dict(sorted(tally.rejected_reasons.items())),
@@ -226,10 +267,11 @@ def family_stats(family: str, tally: FamilyRouting, plans: dict[str, SplitPlan],
             "judged": sum(tally.judge_verdicts.values()),
             "promoted": tally.judge_promoted_qa,
             "withheld": tally.judge_withheld,
-            "correct": tally.judge_verdicts.get("CORRECT", 0),
-            "wrong": tally.judge_verdicts.get("WRONG", 0),
-            "unsure": tally.judge_verdicts.get("UNSURE", 0),
-            "gate": gate_stats(calibration, min_specificity),
+            "correct": tally.judge_verdicts.get(CORRECT, 0),
+            "wrong": tally.judge_verdicts.get(WRONG, 0),
+            "unsure": tally.judge_verdicts.get(UNSURE, 0),
+            "gate": gate_stats(calibration, min_specificity, consulted=sum(tally.judge_verdicts.values()) > 0,
+                               min_recall=min_recall),
             "promotions": list(tally.promotions),  # up to 10 promoted pairs, to spot-check
             "withheld_promotions": list(tally.withheld_promotions),  # up to 10 the gate withheld
         },
@@ -249,6 +291,23 @@ def family_stats(family: str, tally: FamilyRouting, plans: dict[str, SplitPlan],
         },
         "response_lengths": response_length_histogram(tally.response_tokens, max_new_tokens),
         "explore": explore_stats(tally, plans),
+        "blind": blind_stats(tally),
+    }
+
+
+def blind_stats(tally: FamilyRouting) -> dict[str, Any] | None:
+    """Accepted pairs the model also answers right without the image (None: no blind check), with the chance rate
+    of its multiple-choice pairs (mean 1 / options) beside the share."""
+    if not tally.blind_checked:
+        return None
+    return {
+        "checked": tally.blind_checked,
+        "solvable": tally.blind_solvable,
+        "share": round(tally.blind_solvable / tally.blind_checked, 6),
+        "mc_checked": tally.blind_mc_checked,
+        "mc_chance_rate": round(tally.blind_chance / tally.blind_mc_checked, 6) if tally.blind_mc_checked else None,
+        "dropped": tally.blind_dropped_qa,
+        "examples": list(tally.blind_examples),
     }
 
 
@@ -272,6 +331,7 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
                 report: dict[str, Any] | None, work_records_outside_pool: int) -> dict[str, Any]:
     accepted = sum(f["accepted_qa"] for f in families.values())
     rejected = sum(f["rejected_qa"] for f in families.values())
+    blind_dropped = sum(f.get("blind_dropped_qa", 0) for f in families.values())
     calib = [f["calibration"] for f in families.values() if f["calibration"]]
     judges = [f["judge"] for f in families.values()]
     revision = (run or {}).get("model_revision") or recipe.model_revision
@@ -301,12 +361,11 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
         "judge_scope": recipe.judge_scope,
         "judge_min_specificity": recipe.judge_min_specificity,
         "judge_counts": {key: sum(j[key] for j in judges) for key in ("judged", "decisive", "promoted", "withheld")},
-        "calibration": (
-            {key: sum(c[key] for c in calib) for key in ("agreed", "total", "known_wrong_rejected", "known_wrong_total")}
-            if calib else None
-        ),
+        "judge_min_recall": recipe.judge_min_recall,
+        "calibration": {key: sum(c.get(key, 0) for c in calib) for key in CALIBRATION_COUNTS} if calib else None,
         "totals": {
-            "prepared_qa": accepted + rejected,
+            "prepared_qa": accepted + rejected + blind_dropped,
+            "blind_dropped_qa": blind_dropped,
             "accepted_qa": accepted,
             "rejected_qa": rejected,
             "accept_rate": round(accepted / (accepted + rejected), 6) if accepted + rejected else 0.0,
@@ -317,7 +376,9 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
         # Prompt and completion tokens summed per stage (as the engine reported them: `usage` for a server).
         "tokens_by_stage": tokens_by_stage(families),
         "work_records_outside_pool": work_records_outside_pool,
+        "blind_check": recipe.blind_check,
         "cleaning_policy": cleaning_policy(report),
+        "decontamination": (report or {}).get("decontamination"),  # the evaluation sets checked, what each removed
         "wall_time": stage_wall_times(run),
         "sources": [
             {"dataset": s.dataset_name or ", ".join(s.data_files or []) or s.data_dir, "config": s.dataset_config,
@@ -334,6 +395,8 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
             "hub_dataset_id": recipe.hub_dataset_id,
             "num_card_examples": recipe.num_card_examples,
             "sft_keep_reasoning": recipe.sft_keep_reasoning,
+            # Absolute, so `rsgen card OUTPUT_DIR` finds it from any working directory.
+            "template": str(Path(recipe.card_template).resolve()) if recipe.card_template else None,
         },
         "families": {name: families[name] for name in sorted(families)},
     }

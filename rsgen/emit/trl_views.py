@@ -57,11 +57,15 @@ def dpo_rows(image: dict[str, Any], rejected_qa: list[dict[str, Any]]) -> tuple[
     """One preference pair per rejected pair with an extractable wrong answer that differs from the official one.
 
     Returns the rows and the counts of pairs left out, by why (`no_answer`: nothing to prefer against;
+    `bad_input`: the official answer is one the verifier could not use, so it cannot be the preferred side;
     `same_as_answer`: the model's text equals the official answer, e.g. an MC letter the verifier found ambiguous
     — a pair with chosen == rejected teaches nothing)."""
-    rows, skipped = [], {"no_answer": 0, "same_as_answer": 0}
+    rows, skipped = [], {"no_answer": 0, "bad_input": 0, "same_as_answer": 0}
     for qa in rejected_qa:
         wrong = qa["wrong_vlm"]
+        if qa["reason"] == "bad_input":
+            skipped["bad_input"] += 1
+            continue
         if wrong is None or not wrong.strip():
             skipped["no_answer"] += 1
             continue

@@ -53,13 +53,27 @@ def processor_class_without_video(base: type) -> type:
     init = namespace["__init__"]
     init.__doc__ = f"{base.__name__} without a video processor (no torchvision needed)."
 
-    @classmethod
-    def from_args_and_dict(cls, args, processor_dict, **kwargs):
-        loaded = base.from_args_and_dict.__func__(cls, args, processor_dict, **kwargs)
-        processor = loaded[0] if isinstance(loaded, tuple) else loaded
+    def keep_video_settings(processor, processor_dict):
         # Keep the checkpoint's own video settings so that saving does not lose them.
-        processor.saved_video_processor_config = processor_dict.get(VIDEO_ATTRIBUTE)
-        return loaded
+        target = processor[0] if isinstance(processor, tuple) else processor
+        saved = processor_dict.get(VIDEO_ATTRIBUTE)
+        target.saved_video_processor_config = saved if isinstance(saved, dict) else None
+        return processor
+
+    # transformers >= 5.25 builds a loaded processor with `from_dict`; earlier releases with `from_args_and_dict`.
+    @classmethod
+    def from_dict(cls, processor_dict, **kwargs):
+        return keep_video_settings(base.from_dict.__func__(cls, processor_dict, **kwargs), processor_dict)
+
+    overrides = {"from_dict": from_dict}
+    if hasattr(base, "from_args_and_dict"):
+
+        @classmethod
+        def from_args_and_dict(cls, args, processor_dict, **kwargs):
+            loaded = base.from_args_and_dict.__func__(cls, args, processor_dict, **kwargs)
+            return keep_video_settings(loaded, processor_dict)
+
+        overrides["from_args_and_dict"] = from_args_and_dict
 
     def to_dict(self):
         output = base.to_dict(self)
@@ -71,7 +85,7 @@ def processor_class_without_video(base: type) -> type:
         (base,),
         {
             "__init__": init,
-            "from_args_and_dict": from_args_and_dict,
+            **overrides,
             "to_dict": to_dict,
             "saved_video_processor_config": None,
             "__module__": __name__,

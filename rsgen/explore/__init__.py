@@ -1,6 +1,19 @@
 """The explore stage: sampled responses beyond the greedy one, until each question has a verified-correct and a
 verified-wrong response (`explore_stop: paired`) or `explore_samples` are drawn (`never`)."""
 
-from rsgen.explore.stage import run_explore
+from __future__ import annotations
 
-__all__ = ["run_explore"]
+from rsgen.stage import Stage, lazy, lazy_exports
+
+STAGE = Stage(
+    name="explore",
+    help="sample beyond the greedy answer (explore_samples > 0): pass rates, on-policy pairs (resumable)",
+    work=lambda layout: layout.explore_work,
+    run=lazy("rsgen.explore.stage:run_explore"),
+    every_process=True,
+    check=lazy("rsgen.explore.stage:check_explore"),
+    enabled=lambda recipe: recipe.explore_samples > 0,  # off by default: not run, not recorded in run.json
+)
+
+__getattr__ = lazy_exports(__name__, {"run_explore": "rsgen.explore.stage"})
+__all__ = ["STAGE", "run_explore"]  # noqa: F822 (loaded on first use)

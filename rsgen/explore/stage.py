@@ -35,18 +35,24 @@ from typing import Any
 
 from rsgen import routing
 from rsgen.config import RecipeConfig, RecipeError
-from rsgen.engine import REQUEST_REFUSED, ChatRequest, build_engine
+from rsgen.decisions import decided_records
+from rsgen.engine import REQUEST_REFUSED, ChatRequest, build_engine, check_engine
+from rsgen.explore import STAGE
 from rsgen.layout import OutputLayout
+from rsgen.records import (
+    CORRECT,
+    WRONG,
+    ExploreRecord,
+    GenerateRecord,
+    qa_id_of,
+    records_by_key,
+    sample_key,
+    sample_of,
+)
 from rsgen.schema import PreparedPool, PreparedQuestion, iter_questions, open_prepared, user_turn
 from rsgen.store import CheckpointStore, distributed_state, run_keyed_work
 from rsgen.verify import verify_response
 from rsgen.verify.decision import rejected
-
-CORRECT, WRONG = "correct", "wrong"
-
-
-def sample_key(qa_id: str, sample: int) -> str:
-    return f"{qa_id}#{sample}"
 
 
 def round_samples(round_index: int, explore_samples: int) -> range:
@@ -58,11 +64,11 @@ def number_of_rounds(explore_samples: int) -> int:
     return explore_samples.bit_length()
 
 
-def verdict(record: dict[str, Any], question: PreparedQuestion, recipe: RecipeConfig) -> str | None:
+def verdict(record: GenerateRecord, question: PreparedQuestion, recipe: RecipeConfig) -> str | None:
     """What a response counts as while sampling: CORRECT (the verifier matched), WRONG (an extractable answer the
     verifier rejected: final with the judge off, or when the mismatch is decisive and does not go to the judge),
     None (nothing extractable, or the judge has yet to grade it)."""
-    if record["match"]:
+    if record.match:
         return CORRECT
     if not routing.needs_judging(record):
         return None
@@ -79,7 +85,7 @@ def is_paired(verdicts: list[str | None]) -> bool:
 class ExploreRound:
     """One round of the explore stage for the keyed-work loop: the round's samples of the questions still open."""
 
-    name = "explore"
+    name = STAGE.name
     unit = "sample"
 
     def __init__(self, recipe: RecipeConfig, prepared: PreparedPool, round_index: int, keys: list[str],
@@ -97,7 +103,7 @@ class ExploreRound:
 
     @staticmethod
     def group(key: str) -> str:
-        return key.rpartition("#")[0]
+        return qa_id_of(key)
 
     def requests(self, pending: list[str]) -> Iterator[ChatRequest]:
         """One request per question: its pending samples of this round share the prompt. Images are read once,
@@ -130,25 +136,25 @@ class ExploreRound:
                                        timeout_seconds=recipe.math_timeout_seconds)
         self.drawn += 1
         self.correct += bool(decision.match)
-        return {
-            "key": result.sample_key,
-            "id": q.id,
-            "sample": int(result.sample_key.rpartition("#")[2]),
-            "round": self.round_index,
-            "family": q.family,
-            "question": q.question,
-            "response": result.text,
-            "extracted": decision.extracted,
-            "match": bool(decision.match),
-            "reason": None if decision.match else decision.reason,
-            "verifier": verifier,
-            "prompt_tokens": result.prompt_tokens,
-            "generated_tokens": result.generated_tokens,
-            "hit_limit": result.hit_limit,
-            "model": recipe.model_name_or_path,
-            "revision": self.revision,
-            **({"refused": result.refused} if result.refused else {}),
-        }
+        return ExploreRecord(
+            key=result.sample_key,
+            id=q.id,
+            sample=sample_of(result.sample_key),
+            round=self.round_index,
+            family=q.family,
+            question=q.question,
+            response=result.text,
+            extracted=decision.extracted,
+            match=bool(decision.match),
+            reason=None if decision.match else decision.reason,
+            verifier=verifier,
+            prompt_tokens=result.prompt_tokens,
+            generated_tokens=result.generated_tokens,
+            hit_limit=result.hit_limit,
+            model=recipe.model_name_or_path,
+            revision=self.revision,
+            refused=result.refused or None,
+        ).to_json()
 
     def progress(self, record: dict[str, Any]) -> dict[str, str]:
         return {"round": str(self.round_index), "correct": f"{self.correct / max(self.drawn, 1):.1%}"}
@@ -162,6 +168,12 @@ def _log(state, message: str) -> None:
         logger.info(message)
 
 
+def check_explore(recipe: RecipeConfig) -> None:
+    """Pre-flight: with an explore pass, the model is one the engine can load (its config only)."""
+    if recipe.explore_samples:
+        check_engine(recipe, "explore")
+
+
 def run_explore(recipe: RecipeConfig, state=None) -> dict[str, Any] | None:
     """Draw this rank's share of every round; every rank of an `accelerate launch` calls this. Returns the
     summary (`explore_summary`) on the main process, else None."""
@@ -173,7 +185,7 @@ def run_explore(recipe: RecipeConfig, state=None) -> dict[str, Any] | None:
     prepared = open_prepared(recipe.output_dir)
     questions = list(iter_questions(prepared))
     by_id = {q.id: q for q in questions}
-    greedy = CheckpointStore(layout.generate_work).records()
+    greedy = decided_records(recipe)  # the greedy answers with the verify stage's decisions
     missing = [q.id for q in questions if q.id not in greedy]
     if missing:
         raise RecipeError(f"generate is not finished in {recipe.output_dir!r}: {len(missing)} of {len(questions)} "
@@ -190,15 +202,17 @@ def run_explore(recipe: RecipeConfig, state=None) -> dict[str, Any] | None:
         stage.revision = engine.revision or recipe.model_revision
         return engine
 
+    responses = recipe.explore_samples + 1  # per question: the greedy answer (sample 0) and the explore samples
     for round_index in range(number_of_rounds(recipe.explore_samples)):
-        drawn = store.records()  # every rank sees every finished round: run_keyed_work ends with a barrier
+        # every rank sees every finished round: run_keyed_work ends with a barrier
+        drawn = records_by_key(store, ExploreRecord)
         keys = []
         for q in questions:
             history = [greedy[q.id]] + [drawn[k] for s in range(1, 2**round_index)
-                                        if (k := sample_key(q.id, s)) in drawn]
+                                        if (k := sample_key(q.id, s, responses)) in drawn]
             if recipe.explore_stop == "paired" and is_paired([verdict(r, q, recipe) for r in history]):
                 continue
-            keys += [sample_key(q.id, s) for s in round_samples(round_index, recipe.explore_samples)]
+            keys += [sample_key(q.id, s, responses) for s in round_samples(round_index, recipe.explore_samples)]
         if not keys:
             break
         stage = ExploreRound(recipe, prepared, round_index, keys, by_id)
@@ -211,22 +225,22 @@ def run_explore(recipe: RecipeConfig, state=None) -> dict[str, Any] | None:
                         f"{time.perf_counter() - start:.1f} s")
     if not state.is_main_process:
         return None
-    rates = pass_rates(questions, greedy, store.records(), recipe)
+    rates = pass_rates(questions, greedy, records_by_key(store, ExploreRecord), recipe)
     write_pass_rates(layout.explore_pass_rates, rates)
     result = explore_summary(rates)
     _log(state, format_summary(result))
     return result
 
 
-def pass_rates(questions: list[PreparedQuestion], greedy: dict[str, dict], explored: dict[str, dict],
-               recipe: RecipeConfig) -> list[dict[str, Any]]:
+def pass_rates(questions: list[PreparedQuestion], greedy: dict[str, GenerateRecord],
+               explored: dict[str, ExploreRecord], recipe: RecipeConfig) -> list[dict[str, Any]]:
     """Per question: samples drawn (greedy included), verifier-accepted ones, pass rate, pair found."""
-    by_question: dict[str, list[dict]] = defaultdict(list)
+    by_question: dict[str, list[ExploreRecord]] = defaultdict(list)
     for rec in explored.values():
-        by_question[rec["id"]].append(rec)
+        by_question[rec.id].append(rec)
     out = []
     for q in questions:
-        history = [greedy[q.id], *sorted(by_question.get(q.id, []), key=lambda r: r["sample"])]
+        history = [greedy[q.id], *sorted(by_question.get(q.id, []), key=lambda r: r.sample)]
         verdicts = [verdict(r, q, recipe) for r in history]
         correct = verdicts.count(CORRECT)
         out.append({"id": q.id, "family": q.family, "samples": len(history), "correct": correct,

@@ -1,6 +1,18 @@
 """The generate stage: the VLM answers every prepared question (batched, data-parallel, resumable), verified as it
 goes. `run_generate(recipe, state)` is the stage (see `stage.py`); the engine it runs lives in `rsgen.engine`."""
 
-from rsgen.generate.stage import run_generate
+from __future__ import annotations
 
-__all__ = ["run_generate"]
+from rsgen.stage import Stage, lazy, lazy_exports
+
+STAGE = Stage(
+    name="generate",
+    help="answer every prepared question with the VLM (resumable)",
+    work=lambda layout: layout.generate_work,
+    run=lazy("rsgen.generate.stage:run_generate"),
+    every_process=True,
+    check=lazy("rsgen.generate.stage:check_generate"),
+)
+
+__getattr__ = lazy_exports(__name__, {"run_generate": "rsgen.generate.stage"})
+__all__ = ["STAGE", "run_generate"]  # noqa: F822 (loaded on first use)

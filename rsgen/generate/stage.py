@@ -14,14 +14,18 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from rsgen.config import RecipeConfig, RecipeError
-from rsgen.engine import REQUEST_REFUSED, ChatRequest, build_engine
+from rsgen.engine import REQUEST_REFUSED, ChatRequest, build_engine, check_engine
+from rsgen.generate import STAGE
 from rsgen.layout import OutputLayout
+from rsgen.records import GenerateRecord, read_records, sample_key
+from rsgen.references import check_references
 from rsgen.schema import PreparedPool, PreparedQuestion, iter_questions, open_prepared, user_turn
 from rsgen.store import CheckpointStore, KeyedWorkSummary, distributed_state, run_keyed_work
 from rsgen.verify import verify_response
-from rsgen.verify.decision import rejected
+from rsgen.verify.decision import NO_ANSWER, rejected
 
 logger = logging.getLogger(__name__)
 
@@ -32,10 +36,6 @@ class WorkItem(PreparedQuestion):
 
     key: str
     sample: int
-
-
-def sample_key(qa_id: str, sample: int, num_samples: int) -> str:
-    return qa_id if num_samples == 1 else f"{qa_id}#{sample}"
 
 
 def ordered_keys(prepared: PreparedPool, num_samples: int) -> list[str]:
@@ -84,31 +84,33 @@ def _requests(prepared: PreparedPool, pending: list[WorkItem]) -> Iterator[ChatR
             yield ChatRequest(item.key, user_turn(item.question), [data], meta=item)
 
 
-def make_record(item: WorkItem, response, decision, verifier: str, model_id: str, revision: str | None) -> dict:
-    return {
-        "key": item.key,
-        "id": item.id,
-        "sample": item.sample,
-        "family": item.family,
-        "question": item.question,
-        "response": response.text,
-        "extracted": decision.extracted,
-        "match": bool(decision.match),
-        "reason": None if decision.match else decision.reason,
-        "verifier": verifier,
-        "prompt_tokens": response.prompt_tokens,
-        "generated_tokens": response.generated_tokens,
-        "hit_limit": response.hit_limit,
-        "model": model_id,
-        "revision": revision,
-    }
+def make_record(item: WorkItem, response, decision, verifier: str, model_id: str,
+                revision: str | None, refused: str | None = None) -> GenerateRecord:
+    return GenerateRecord(
+        key=item.key,
+        id=item.id,
+        sample=item.sample,
+        family=item.family,
+        question=item.question,
+        response=response.text,
+        extracted=decision.extracted,
+        match=bool(decision.match),
+        reason=None if decision.match else decision.reason,
+        verifier=verifier,
+        prompt_tokens=response.prompt_tokens,
+        generated_tokens=response.generated_tokens,
+        hit_limit=response.hit_limit,
+        model=model_id,
+        revision=revision,
+        refused=refused,
+    )
 
 
 class GenerateStage:
     """The generate stage's part of the keyed-work loop: every QA pair (and sample) of the prepared pool."""
 
-    name = "generate"
-    unit = "item"
+    name = STAGE.name
+    unit = "sample"
 
     def __init__(self, recipe: RecipeConfig, prepared: PreparedPool):
         self.recipe = recipe
@@ -123,7 +125,7 @@ class GenerateStage:
     def requests(self, pending: list[str]) -> Iterator[ChatRequest]:
         return _requests(self.prepared, work_items(self.prepared, self.recipe.num_samples, set(pending)))
 
-    def record(self, request: ChatRequest, response) -> dict:
+    def record(self, request: ChatRequest, response) -> dict[str, Any]:
         item: WorkItem = request.meta
         recipe = self.recipe
         verifier = recipe.verifier_for(item.family)
@@ -141,14 +143,17 @@ class GenerateStage:
         self.generated += 1
         self.accepted += bool(decision.match)
         self.generated_tokens += response.generated_tokens
-        record = make_record(item, response, decision, verifier, recipe.model_name_or_path, self.revision)
-        if response.refused:
-            record["refused"] = response.refused
-        return record
+        return make_record(item, response, decision, verifier, recipe.model_name_or_path, self.revision,
+                           refused=response.refused or None).to_json()
 
-    def progress(self, record: dict) -> dict:
+    def progress(self, record: dict[str, Any]) -> dict:
         elapsed = max(time.perf_counter() - self.start, 1e-9)
         return {"tok/s": f"{self.generated_tokens / elapsed:.0f}", "accept": f"{self.accepted / self.generated:.1%}"}
+
+
+def check_generate(recipe: RecipeConfig) -> None:
+    """Pre-flight: the model is one the engine can load (its config only)."""
+    check_engine(recipe, "generate")
 
 
 def run_generate(recipe: RecipeConfig, state=None) -> KeyedWorkSummary:
@@ -156,8 +161,11 @@ def run_generate(recipe: RecipeConfig, state=None) -> KeyedWorkSummary:
     state = state or distributed_state()
     layout = OutputLayout(recipe.output_dir)
     prepared = open_prepared(recipe.output_dir)
-    for family in set(prepared.column("family")):  # a bad verifier mapping fails here, before any model work
-        recipe.verifier_for(family)
+    # A verifier that cannot serve a family (a mapping without it, mc on free-form rows) fails here, before any
+    # model work; references no verifier can use are announced before the model spends time on them.
+    for warning in check_references(recipe, prepared):
+        if state.is_main_process:
+            logger.warning(warning)
     stage = GenerateStage(recipe, prepared)
     store = CheckpointStore(layout.generate_work)
 
@@ -177,13 +185,13 @@ def run_generate(recipe: RecipeConfig, state=None) -> KeyedWorkSummary:
 def print_summary_table(store: CheckpointStore, summary: KeyedWorkSummary) -> None:
     """Per family over everything on disk (all ranks, all runs), then what this call did on this rank."""
     per_family: dict[str, Counter] = defaultdict(Counter)
-    for rec in store.iter_records():
-        fam = per_family[rec["family"]]
+    for rec in read_records(store, GenerateRecord):
+        fam = per_family[rec.family]
         fam["items"] += 1
-        fam["accepted"] += bool(rec["match"])
-        fam["no_answer"] += rec["reason"] == "no_answer"
-        fam["hit_limit"] += bool(rec["hit_limit"])
-        fam["tokens"] += rec["generated_tokens"]
+        fam["accepted"] += bool(rec.match)
+        fam["no_answer"] += rec.reason == NO_ANSWER
+        fam["hit_limit"] += bool(rec.hit_limit)
+        fam["tokens"] += rec.generated_tokens
     total = sum(per_family.values(), Counter())
     header = f"{'family':<16} {'items':>8} {'accepted':>9} {'rate':>7} {'no answer':>10} {'hit limit':>10} {'gen tokens':>11}"
     lines = ["", header, "-" * len(header)]

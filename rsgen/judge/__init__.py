@@ -2,13 +2,34 @@
 the verifier's undecided rejections; only CORRECT promotes. Decisive mismatches never reach it, and its promotions
 count only in families where it said WRONG to enough known-wrong calibration pairs (`judge_min_specificity`)."""
 
-from rsgen.judge.prompt import render_judge_prompt
-from rsgen.judge.stage import judge_summary, run_judge
-from rsgen.judge.verdict import CORRECT, UNSURE, VERDICTS, WRONG, parse_verdict
-from rsgen.routing import needs_judging, route
+from __future__ import annotations
 
-__all__ = [
+from rsgen.stage import Stage, lazy, lazy_exports
+
+STAGE = Stage(
+    name="judge",
+    help="re-examine verifier rejections with the model as a text-only judge (resumable)",
+    work=lambda layout: layout.judge_work,
+    run=lazy("rsgen.judge.stage:run_judge"),
+    every_process=True,
+    check=lazy("rsgen.judge.stage:check_judge"),
+)
+
+__getattr__ = lazy_exports(__name__, {
+    "CORRECT": "rsgen.records",
+    "UNSURE": "rsgen.records",
+    "VERDICTS": "rsgen.records",
+    "WRONG": "rsgen.records",
+    "judge_summary": "rsgen.judge.stage",
+    "needs_judging": "rsgen.routing",
+    "parse_verdict": "rsgen.judge.verdict",
+    "render_judge_prompt": "rsgen.judge.prompt",
+    "route": "rsgen.routing",
+    "run_judge": "rsgen.judge.stage",
+})
+__all__ = [  # noqa: F822 (loaded on first use)
     "CORRECT",
+    "STAGE",
     "UNSURE",
     "VERDICTS",
     "WRONG",

@@ -18,25 +18,31 @@ from pathlib import Path
 from typing import Any
 
 from rsgen.config import RecipeConfig, RecipeError
-from rsgen.engine import ChatRequest, build_engine, judge_model_name
-from rsgen.judge.calibration import known_wrong_pairs
+from rsgen.decisions import decided_records
+from rsgen.engine import ChatRequest, build_engine, check_engine, judge_model_name
+from rsgen.judge import STAGE
+from rsgen.judge.calibration import known_right_pairs, known_wrong_pairs
 from rsgen.judge.prompt import format_reference, load_template, render_judge_prompt
 from rsgen.judge.verdict import parse_verdict
 from rsgen.layout import OutputLayout
-from rsgen.routing import (
+from rsgen.records import (
     CALIBRATION,
     CORRECT,
+    KNOWN_RIGHT,
     KNOWN_WRONG,
     REJECTED,
     UNSURE,
     WRONG,
-    goes_to_judge,
+    ExploreRecord,
+    GenerateRecord,
+    JudgeRecord,
     judge_key,
-    judge_trusted,
+    known_right_key,
     known_wrong_key,
-    needs_judging,
-    specificity,
+    read_records,
+    records_by_key,
 )
+from rsgen.routing import gate_lines, goes_to_judge, needs_judging
 from rsgen.schema import open_prepared
 from rsgen.store import CheckpointStore, distributed_state, run_keyed_work
 
@@ -46,12 +52,12 @@ class JudgeItem:
     key: str  # judge record key
     id: str  # QA id
     sample: int | None
-    kind: str  # rejected | calibration | known_wrong
+    kind: str  # rejected | calibration | known_wrong | known_right
     family: str
     question: str
     reference: str
     candidate: str
-    miss: str | None = None  # known_wrong: how the wrong candidate was made (rsgen.judge.calibration.MISSES)
+    miss: str | None = None  # known_wrong / known_right: the form of the candidate (rsgen.judge.calibration)
 
 
 logger = logging.getLogger(__name__)
@@ -80,69 +86,73 @@ def prepared_index(output_dir: str | Path) -> dict[str, dict[str, Any]]:
     return index
 
 
-def _qa_of(rec: dict[str, Any], gen_key: str, prepared: dict[str, dict[str, Any]], recipe: RecipeConfig):
-    qa = prepared.get(rec["id"])
+def _qa_of(rec: GenerateRecord, prepared: dict[str, dict[str, Any]], recipe: RecipeConfig):
+    qa = prepared.get(rec.id)
     if qa is None:
         raise RecipeError(
-            f"generate record {gen_key!r} names QA id {rec['id']!r}, which is not in the prepared pool of "
+            f"generate record {rec.key!r} names QA id {rec.id!r}, which is not in the prepared pool of "
             f"{recipe.output_dir!r}: the work files do not belong to this prepared pool"
         )
     if not qa["answers"]:
-        raise RecipeError(f"prepared QA {rec['id']!r} has no official answer")
+        raise RecipeError(f"prepared QA {rec.id!r} has no official answer")
     return qa
 
 
 def select_items(
-    generate_records: dict[str, dict[str, Any]], prepared: dict[str, dict[str, Any]], recipe: RecipeConfig,
-    explore_records: dict[str, dict[str, Any]] | None = None,
+    generate_records: dict[str, GenerateRecord], prepared: dict[str, dict[str, Any]], recipe: RecipeConfig,
+    explore_records: dict[str, ExploreRecord] | None = None,
 ) -> list[JudgeItem]:
     """Every item of the stage in one global order: rejected pairs the judge grades (sorted by key; decisive
     mismatches left out unless `judge_scope: all`), the calibration sample of verifier-accepted pairs (sorted by
-    key), then the known-wrong pairs (by family, id). Every rank computes the same list. Rejected explore samples
+    key), then the known-wrong and the known-right pairs (each by family, id). Every rank computes the same list. Rejected explore samples
     (keys "{id}#{sample}") are graded like greedy answers; calibration draws from the greedy pass only."""
-    graded = {**generate_records, **(explore_records or {})}
+    graded: dict[str, GenerateRecord] = {**generate_records, **(explore_records or {})}
     rejected = []
     for gen_key in sorted(k for k, rec in graded.items() if needs_judging(rec)):
         rec = graded[gen_key]
-        qa = _qa_of(rec, gen_key, prepared, recipe)
+        qa = _qa_of(rec, prepared, recipe)
         if goes_to_judge(rec, qa["answers"], qa["options"], recipe.judge_scope, recipe.numeric_tolerance):
             rejected.append(gen_key)
-    accepted = [k for k, rec in generate_records.items() if rec["match"]]
+    accepted = [k for k, rec in generate_records.items() if rec.match]
     calibration = calibration_sample(accepted, recipe.judge_calibration_size, recipe.judge_calibration_seed)
     items = []
     for kind, keys in ((REJECTED, rejected), (CALIBRATION, calibration)):
         for gen_key in keys:
             rec = graded[gen_key]
-            qa = _qa_of(rec, gen_key, prepared, recipe)
+            qa = _qa_of(rec, prepared, recipe)
             items.append(
                 JudgeItem(
                     key=judge_key(gen_key, kind),
-                    id=rec["id"],
-                    sample=rec.get("sample"),
+                    id=rec.id,
+                    sample=rec.sample,
                     kind=kind,
-                    family=rec.get("family") or qa["family"],
+                    family=rec.family or qa["family"],
                     question=qa["question"],
                     reference=format_reference(qa["answers"]),
                     # A calibration pair's candidate is what the verifier accepted; a rejected pair's is the
                     # answer it refused. Either way only the final answer, never the reasoning.
-                    candidate=rec["extracted"] if rec["extracted"] is not None else "",
+                    candidate=rec.extracted if rec.extracted is not None else "",
                 )
             )
-    for pair in known_wrong_pairs(prepared, recipe.verifier_for, recipe.judge_calibration_size,
-                                  recipe.judge_calibration_seed, recipe.numeric_tolerance):
-        qa = prepared[pair.id]
-        items.append(JudgeItem(key=known_wrong_key(pair.id), id=pair.id, sample=None, kind=KNOWN_WRONG,
-                               family=pair.family, question=qa["question"], reference=format_reference(qa["answers"]),
-                               candidate=pair.candidate, miss=pair.miss))
+    size, seed, tolerance = recipe.judge_calibration_size, recipe.judge_calibration_seed, recipe.numeric_tolerance
+    built = [(KNOWN_WRONG, known_wrong_key, known_wrong_pairs(prepared, recipe.verifier_for, size, seed, tolerance,
+                                                              recipe.judge_scope)),
+             (KNOWN_RIGHT, known_right_key, known_right_pairs(prepared, recipe.verifier_for, size, seed, tolerance))]
+    for kind, key_of, pairs in built:
+        for pair in pairs:
+            qa = prepared[pair.id]
+            items.append(JudgeItem(key=key_of(pair.id), id=pair.id, sample=None, kind=kind, family=pair.family,
+                                   question=qa["question"], reference=format_reference(qa["answers"]),
+                                   candidate=pair.candidate, miss=pair.form))
     return items
 
 
 def _check_generate_finished(
-    generate_records: dict[str, dict[str, Any]], prepared: dict[str, dict[str, Any]], recipe: RecipeConfig
+    generate_records: dict[str, GenerateRecord], prepared: dict[str, dict[str, Any]], recipe: RecipeConfig
 ) -> None:
     """The calibration sample and the rejected set are defined over the finished generate stage; judging a
     partial one would later mix two samples. Refuse instead."""
-    done_ids = Counter(rec["id"] for rec in generate_records.values())
+    done_ids = Counter(rec.id for rec in generate_records.values())
     missing = [qid for qid in prepared if done_ids.get(qid, 0) < recipe.num_samples]
     if missing:
         raise RecipeError(
@@ -154,7 +164,7 @@ def _check_generate_finished(
 class JudgeStage:
     """The judge stage's part of the keyed-work loop: the rejected pairs and both calibration samples."""
 
-    name = "judge"
+    name = STAGE.name
     unit = "pair"
 
     def __init__(self, items: list[JudgeItem], template: str, model: str):
@@ -178,27 +188,44 @@ class JudgeStage:
         item: JudgeItem = request.meta
         verdict = parse_verdict(result.text, result.hit_limit)
         self.verdicts[verdict] += 1
-        return {
-            "key": item.key,
-            "id": item.id,
-            "sample": item.sample,
-            "kind": item.kind,
-            "family": item.family,
-            "reference": item.reference,
-            "candidate": item.candidate,
-            "verdict": verdict,
-            **({"miss": item.miss} if item.miss else {}),
-            "response": result.text,
-            "prompt_tokens": result.prompt_tokens,
-            "generated_tokens": result.generated_tokens,
-            "hit_limit": result.hit_limit,
-            "model": self.model,
+        return JudgeRecord(
+            key=item.key,
+            id=item.id,
+            sample=item.sample,
+            kind=item.kind,
+            family=item.family,
+            reference=item.reference,
+            candidate=item.candidate,
+            verdict=verdict,
+            miss=item.miss or None,
+            response=result.text,
+            prompt_tokens=result.prompt_tokens,
+            generated_tokens=result.generated_tokens,
+            hit_limit=result.hit_limit,
+            model=self.model,
             # A request the server refused: no verdict text (UNSURE), the server's message kept.
-            **({"refused": result.refused} if result.refused else {}),
-        }
+            refused=result.refused or None,
+        ).to_json()
 
     def progress(self, record: dict[str, Any]) -> dict[str, int]:
         return {v: self.verdicts[v] for v in (CORRECT, WRONG, UNSURE)}
+
+
+def _still_applies(items: dict[str, JudgeItem]):
+    """Whether a stored verdict is one on a current item, as that item is now (its candidate and reference)."""
+
+    def keep(data: dict[str, Any]) -> bool:
+        rec = JudgeRecord.from_json(data)
+        item = items.get(rec.key)
+        return item is not None and (rec.candidate, rec.reference) == (item.candidate, item.reference)
+
+    return keep
+
+
+def check_judge(recipe: RecipeConfig) -> None:
+    """Pre-flight: with the judge on, its model is one the engine can load (its config only)."""
+    if recipe.judge:
+        check_engine(recipe, "judge")
 
 
 def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] | None:
@@ -214,19 +241,26 @@ def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
     template = load_template(recipe.judge_prompt_file)  # fail on a bad template before any model work
     if not layout.generate_work.is_dir():
         raise RecipeError(f"no generate work in {str(layout.generate_work)!r}: run `rsgen generate` first")
-    generate_records = CheckpointStore(layout.generate_work).records()
+    generate_records = decided_records(recipe)  # with the verify stage's decisions
     prepared = prepared_index(recipe.output_dir)
     _check_generate_finished(generate_records, prepared, recipe)
     # The explore pass (before this stage) adds sampled responses that need a verdict too.
-    explore_records = CheckpointStore(layout.explore_work).records() if recipe.explore_samples else {}
+    explore_records = (records_by_key(CheckpointStore(layout.explore_work), ExploreRecord) if recipe.explore_samples
+                       else {})
     items = select_items(generate_records, prepared, recipe, explore_records)
     store = CheckpointStore(layout.judge_work)
+    if state.is_main_process:
+        dropped = store.retain(_still_applies({item.key: item for item in items}))
+        if dropped:
+            _log(state, f"judge: {dropped} verdicts set aside: the verify stage's decisions changed their pairs (now "
+                        "accepted, out of the calibration sample, or another candidate); only these are judged again")
+    state.wait_for_everyone()
     kinds = Counter(item.kind for item in items)
     decisive = sum(needs_judging(rec) for rec in [*generate_records.values(), *explore_records.values()]) - kinds[REJECTED]
     done = len(store.done_keys() & {item.key for item in items})
     _log(state, f"{kinds[REJECTED]} rejected pairs to judge ({decisive} decisive mismatches stay wrong_answer "
                 f"unjudged, judge_scope: {recipe.judge_scope}) + {kinds[CALIBRATION]} verifier-accepted and "
-                f"{kinds[KNOWN_WRONG]} known-wrong calibration pairs; {done} already done; "
+                f"{kinds[KNOWN_WRONG]} known-wrong and {kinds[KNOWN_RIGHT]} known-right calibration pairs; {done} already done; "
                 f"{state.num_processes} process(es)")
 
     stage = JudgeStage(items, template, judge_model_name(recipe))
@@ -239,8 +273,9 @@ def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
         raise RuntimeError(f"judge stage ended with {len(missing)} items unjudged (e.g. {missing[:3]})")
     result = judge_summary(recipe.output_dir)
     _log(state, format_summary(result))
-    for warning in gate_warnings(result, recipe.judge_min_specificity):
-        _log(state, warning, logging.WARNING)
+    gate = {family: {**counts, "withheld": counts["promotions"]} for family, counts in result["families"].items()}
+    for level, line in gate_lines(gate, recipe.judge_min_specificity, recipe.judge_min_recall):
+        _log(state, line, level)
     if summary.done_now:
         _log(state, f"this run (rank {state.process_index}): {summary.done_now} pairs in {summary.seconds:.1f} s "
                     f"({summary.done_now / max(summary.seconds, 1e-9):.2f} pairs/s)")
@@ -253,19 +288,22 @@ def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
 def _empty_counts() -> dict[str, int]:
     return {"judged": 0, "promotions": 0, "wrong": 0, "unsure": 0,
             "calibration_agreed": 0, "calibration_wrong": 0, "calibration_unsure": 0, "calibration_total": 0,
-            "known_wrong_rejected": 0, "known_wrong_total": 0}
+            "known_wrong_rejected": 0, "known_wrong_total": 0, "known_right_promoted": 0, "known_right_total": 0}
 
 
-def _count(counts: dict[str, int], rec: dict[str, Any]) -> None:
-    verdict = rec["verdict"]
-    if rec["kind"] == CALIBRATION:
+def _count(counts: dict[str, int], rec: JudgeRecord) -> None:
+    verdict = rec.verdict
+    if rec.kind == CALIBRATION:
         counts["calibration_total"] += 1
         counts["calibration_agreed"] += verdict == CORRECT
         counts["calibration_wrong"] += verdict == WRONG
         counts["calibration_unsure"] += verdict == UNSURE
-    elif rec["kind"] == KNOWN_WRONG:
+    elif rec.kind == KNOWN_WRONG:
         counts["known_wrong_total"] += 1
         counts["known_wrong_rejected"] += verdict == WRONG
+    elif rec.kind == KNOWN_RIGHT:
+        counts["known_right_total"] += 1
+        counts["known_right_promoted"] += verdict == CORRECT
     else:
         counts["judged"] += 1
         counts["promotions"] += verdict == CORRECT
@@ -277,13 +315,14 @@ def judge_summary(output_dir: str | Path) -> dict[str, Any]:
     """Counts from the judge work records, overall and per family:
     judged (rejected pairs judged), promotions (CORRECT), wrong, unsure, calibration_agreed (calibration pairs
     called CORRECT), calibration_wrong, calibration_unsure, calibration_total, known_wrong_rejected (known-wrong
-    pairs called WRONG), known_wrong_total; plus "families": {family: same}.
+    pairs called WRONG), known_wrong_total, known_right_promoted (known-right pairs called CORRECT),
+    known_right_total; plus "families": {family: same}.
     All zero when the judge never ran (e.g. `judge: false`)."""
     summary: dict[str, Any] = _empty_counts()
     families: dict[str, dict[str, int]] = {}
-    for rec in CheckpointStore(OutputLayout(output_dir).judge_work).iter_records():
+    for rec in read_records(CheckpointStore(OutputLayout(output_dir).judge_work), JudgeRecord):
         _count(summary, rec)
-        _count(families.setdefault(rec.get("family") or "unknown", _empty_counts()), rec)
+        _count(families.setdefault(rec.family or "unknown", _empty_counts()), rec)
     summary["families"] = dict(sorted(families.items()))
     return summary
 
@@ -293,20 +332,6 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"judged {summary['judged']} rejected pairs: CORRECT {summary['promotions']} (promoted), "
         f"WRONG {summary['wrong']}, UNSURE {summary['unsure']}; calibration: agreed on "
         f"{summary['calibration_agreed']}/{summary['calibration_total']} verifier-accepted pairs, said WRONG to "
-        f"{summary['known_wrong_rejected']}/{summary['known_wrong_total']} known-wrong pairs"
+        f"{summary['known_wrong_rejected']}/{summary['known_wrong_total']} known-wrong pairs and CORRECT to "
+        f"{summary['known_right_promoted']}/{summary['known_right_total']} known-right pairs"
     )
-
-
-def gate_warnings(summary: dict[str, Any], min_specificity: float) -> list[str]:
-    """One line per family whose promotions the leniency gate withholds (see `rsgen.routing.judge_trusted`)."""
-    out = []
-    for family, counts in summary["families"].items():
-        rejected, total = counts["known_wrong_rejected"], counts["known_wrong_total"]
-        if judge_trusted(rejected, total, min_specificity):
-            continue
-        rate = specificity(rejected, total)
-        measured = (f"said WRONG to only {rejected}/{total} known-wrong pairs ({rate:.1%})" if rate is not None
-                    else "could not be measured on known-wrong pairs")
-        out.append(f"family {family}: the judge {measured}, below judge_min_specificity {min_specificity:.0%}; "
-                   f"its {counts['promotions']} promotion(s) are withheld (reason judge_withheld)")
-    return out

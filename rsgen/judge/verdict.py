@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from rsgen.routing import CORRECT, UNSURE, VERDICTS, WRONG
+from rsgen.records import CORRECT, UNSURE, VERDICTS, WRONG
 
 __all__ = ["CORRECT", "UNSURE", "VERDICTS", "WRONG", "parse_verdict"]
 

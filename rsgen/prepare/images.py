@@ -33,6 +33,7 @@ class ImageJob:
     raw_sha: str | None  # sha256 of the payload bytes when the main process already computed it
     max_pixels: int
     max_aspect_ratio: float
+    eval_index: str | None = None  # folder of the evaluation image index (decontaminate), checked after the image
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class ImageResult:
     width: int = 0
     height: int = 0
     data: bytes | None = None  # the bytes to store, when they are not the job's own payload bytes
+    eval_match: int | None = None  # position in the evaluation image index of the image this one copies
 
 
 class ImagePack:
@@ -157,7 +159,13 @@ def process_image(job: ImageJob) -> ImageResult:
         stored = buffer.getvalue()
     sha = raw_sha if stored is raw else hashlib.sha256(stored).hexdigest()
     data = None if stored is raw and job.kind == "bytes" else stored  # the main process has the payload already
-    return ImageResult(None, sha, raw_sha, tuple(conversions), width, height, data)
+    eval_match = None
+    if job.eval_index is not None:
+        # Checked here, on the decoded upright RGB image, in the worker: no second decode in the main process.
+        from rsgen.prepare.perceptual import image_signature, open_index
+
+        eval_match = open_index(job.eval_index).match(image_signature(image))
+    return ImageResult(None, sha, raw_sha, tuple(conversions), width, height, data, eval_match)
 
 
 def process_images(jobs: list[ImageJob]) -> list[ImageResult]:

@@ -6,8 +6,11 @@ Everything streams: rows are read in batches (Hub datasets through `datasets`, m
 files with pyarrow / json / csv directly), and images stay as bytes or file paths until a worker checks them.
 Local files are read directly rather than through `datasets` so that values keep their exact type (the JSON
 loader turns the string "4" into the number 4 when a column mixes types) and each row knows which file, hence
-which folder, it came from: a local row's `source_row_id` is `file.jsonl:17` (its file, relative to the folder of
-the source's files, and its 0-based record number in that file).
+which folder, it came from: a local row's `source_row_id` is `file.jsonl:17` -- its file, relative to the folder
+of the source's files, and the file's own line where the record starts, counted from 1 as editors, compilers and
+linters count (a CSV file's header is line 1; a record spanning lines is named by its first). A parquet file
+has no lines: `file.parquet:3` is its row index counted from 0, as `datasets` counts (`ds[3]`), like `train:3`
+for a Hub split.
 
 The columns a recipe names are checked against what the source declares -- a parquet schema, a CSV header, a Hub
 dataset's features -- or, for JSON where nothing is declared, against the keys of every record in the file.
@@ -124,14 +127,17 @@ def _column_key(key: str, source: SourceConfig) -> str:
 # ------------------------------------------------------------------------------------------------ raw records
 
 
-def _checked_whole(records: Iterator[dict | _BadRecord], source: SourceConfig, where: str, what: str) -> Iterator:
+Positioned = tuple[int, "dict | _BadRecord"]  # (line of a text file, counted from 1; row index otherwise), record
+
+
+def _checked_whole(records: Iterator[Positioned], source: SourceConfig, where: str, what: str) -> Iterator[Positioned]:
     """Records of a source that declares no columns (JSON): a column the recipe names must appear in at least one
     record of the file -- checked at its end, so a key first used at row 110 counts as present."""
     seen: set[str] = set()
-    for record in records:
+    for position, record in records:
         if isinstance(record, dict):
             seen.update(record)
-        yield record
+        yield position, record
     if seen:
         _require_columns(seen, source, where, what)
 
@@ -150,7 +156,7 @@ def _declared_columns(path: str) -> set[str] | None:
     return None
 
 
-def _file_records(path: str, source: SourceConfig, where: str, what: str) -> Iterator[dict | _BadRecord]:
+def _file_records(path: str, source: SourceConfig, where: str, what: str) -> Iterator[Positioned]:
     records = _file_reader(path)(path)
     declared = _declared_columns(path)
     if declared is None:
@@ -171,55 +177,60 @@ def _file_labels(paths: list[str], root: str | None = None) -> dict[str, str]:
 # otherwise become part of the first column's name (or break the first JSON line).
 
 
-def _iter_jsonl(path: str) -> Iterator[dict | _BadRecord]:
+def _iter_jsonl(path: str) -> Iterator[Positioned]:
     with open(path, encoding="utf-8-sig", errors="replace") as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 value = json.loads(line)
             except json.JSONDecodeError:
-                yield _BadRecord("row_unparseable", line)
+                yield number, _BadRecord("row_unparseable", line)
                 continue
-            yield value if isinstance(value, dict) else _BadRecord("row_unparseable", value)
+            yield number, value if isinstance(value, dict) else _BadRecord("row_unparseable", value)
 
 
-def _iter_json_array(path: str, chunk_chars: int = 1 << 20) -> Iterator[dict | _BadRecord]:
-    """Objects of a top-level JSON array, decoded one at a time (LLaVA ships its pools as one big array)."""
+def _iter_json_array(path: str, chunk_chars: int = 1 << 20) -> Iterator[Positioned]:
+    """Objects of a top-level JSON array, decoded one at a time (LLaVA ships its pools as one big array), each with
+    the line where it starts."""
     decoder = json.JSONDecoder()
     with open(path, encoding="utf-8-sig", errors="replace") as f:
         buffer = f.read(chunk_chars)
         pos = buffer.index("[") + 1
+        line, counted = 1, 0  # the line of buffer[counted]
         eof = False
         while True:
             while pos < len(buffer) and buffer[pos] in " \t\r\n,":
                 pos += 1
             if pos >= len(buffer) or (not eof and len(buffer) - pos < chunk_chars // 2):
+                line += buffer.count("\n", counted, pos)
                 more = f.read(chunk_chars)
                 eof = not more
                 buffer = buffer[pos:] + more
-                pos = 0
+                pos = counted = 0
                 if not buffer.strip():
                     return
                 continue
             if buffer[pos] == "]":
                 return
+            line += buffer.count("\n", counted, pos)
+            counted = pos
             try:
                 value, end = decoder.raw_decode(buffer, pos)
             except json.JSONDecodeError:
                 if eof:
-                    yield _BadRecord("row_unparseable", buffer[pos:])  # a broken tail: count it, stop reading
+                    yield line, _BadRecord("row_unparseable", buffer[pos:])  # a broken tail: count it, stop reading
                     return
                 more = f.read(chunk_chars)
                 eof = not more
                 buffer = buffer[pos:] + more
-                pos = 0
+                pos = counted = 0
                 continue
             pos = end
-            yield value if isinstance(value, dict) else _BadRecord("row_unparseable", value)
+            yield line, value if isinstance(value, dict) else _BadRecord("row_unparseable", value)
 
 
-def _iter_json(path: str) -> Iterator[dict | _BadRecord]:
+def _iter_json(path: str) -> Iterator[Positioned]:
     with open(path, encoding="utf-8-sig", errors="replace") as f:
         head = f.read(4096).lstrip()
     if head.startswith("["):
@@ -227,24 +238,38 @@ def _iter_json(path: str) -> Iterator[dict | _BadRecord]:
     return _iter_jsonl(path)
 
 
-def _iter_csv(path: str) -> Iterator[dict | _BadRecord]:
+def _iter_csv(path: str) -> Iterator[Positioned]:
+    """Rows as dicts by the header (as csv.DictReader makes them), each with the line where it starts."""
     csv.field_size_limit(1 << 30)
     with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:
-        delimiter = "\t" if path.endswith(".tsv") else ","
-        for row in csv.DictReader(f, delimiter=delimiter):
-            if None in row:  # more cells than the header has names
-                yield _BadRecord("row_unparseable", row)
+        delimiter = "\t" if path.lower().endswith(".tsv") else ","
+        reader = csv.reader(f, delimiter=delimiter)
+        header = next(reader, None)
+        if header is None:
+            return
+        while True:
+            start = reader.line_num + 1  # lines read so far (a quoted cell may span several)
+            cells = next(reader, None)
+            if cells is None:
+                return
+            if not cells:  # a blank line
                 continue
-            yield row
+            if len(cells) > len(header):  # more cells than the header has names
+                yield start, _BadRecord("row_unparseable", dict(zip(header, cells)) | {None: cells[len(header):]})
+                continue
+            yield start, dict(zip(header, cells + [None] * (len(header) - len(cells))))
 
 
-def _iter_parquet(path: str, batch_rows: int = 64) -> Iterator[dict]:
+def _iter_parquet(path: str, batch_rows: int = 64) -> Iterator[Positioned]:
     import pyarrow.parquet as pq
 
     # Buffered, single-threaded reads: memory stays near one row group instead of growing with read-ahead.
+    index = 0
     with pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False) as parquet:
         for batch in parquet.iter_batches(batch_size=batch_rows, use_threads=False):
-            yield from batch.to_pylist()
+            for record in batch.to_pylist():
+                yield index, record
+                index += 1
 
 
 def _file_reader(path: str):
@@ -281,15 +306,15 @@ def _local_records(source: SourceConfig, where: str) -> Iterator[Located]:
     labels = _file_labels(files)
     for path in files:
         bases = (os.path.abspath(source.data_dir),) if source.data_dir else (os.path.dirname(os.path.abspath(path)),)
-        for n, record in enumerate(_file_records(path, source, where, f"data file {path!r}")):
-            yield record, bases, f"{labels[path]}:{n}"
+        for position, record in _file_records(path, source, where, f"data file {path!r}"):
+            yield record, bases, f"{labels[path]}:{position}"
 
 
 METADATA_NAMES = ("metadata.jsonl", "metadata.json", "metadata.csv", "metadata.parquet")
 
 
-def _image_folder_records(source: SourceConfig, where: str) -> Iterator[Located]:
-    """`imagefolder` layout: images next to a metadata file whose `file_name` column names them."""
+def _metadata_files(source: SourceConfig, where: str) -> list[str]:
+    """The metadata files of an `imagefolder` source (a RecipeError when the folder or its metadata is missing)."""
     root = source.data_dir
     if not os.path.isdir(root):
         raise RecipeError(f"{where}: data_dir {root!r} is not a folder")
@@ -303,11 +328,36 @@ def _image_folder_records(source: SourceConfig, where: str) -> Iterator[Located]
             f"{where}: image folder {top!r} has no metadata file ({', '.join(METADATA_NAMES)}) giving each "
             "image's question and answer (column `file_name` names the image)"
         )
+    return found
+
+
+def check_source(source: SourceConfig, index: int) -> None:
+    """What can be known wrong about a local source without reading a row: its files exist and have a known
+    extension, and the columns the recipe names are declared by the files that declare columns (parquet schemas,
+    CSV/TSV headers). Raises the RecipeError reading would raise, before anything is written. (JSON declares no
+    columns: its keys are checked as it is read. Hub sources are checked when they load.)"""
+    where = source_where(index)
+    if source.dataset_name:
+        return
+    if source.data_files:
+        paths, what = _expand_files(source.data_files, where), "data file"
+    else:
+        paths, what = _metadata_files(source, where), "metadata file"
+    for path in paths:
+        declared = _declared_columns(path)
+        if declared is not None:
+            _require_columns(declared, source, where, f"{what} {path!r}")
+
+
+def _image_folder_records(source: SourceConfig, where: str) -> Iterator[Located]:
+    """`imagefolder` layout: images next to a metadata file whose `file_name` column names them."""
+    root = source.data_dir
+    found = _metadata_files(source, where)
     labels = _file_labels(found, os.path.abspath(root))
     for path in found:
         bases = (os.path.dirname(os.path.abspath(path)),)
-        for n, record in enumerate(_file_records(path, source, where, f"metadata file {path!r}")):
-            yield record, bases, f"{labels[path]}:{n}"
+        for position, record in _file_records(path, source, where, f"metadata file {path!r}"):
+            yield record, bases, f"{labels[path]}:{position}"
 
 
 def _hub_records(source: SourceConfig, where: str) -> Iterator[Located]:
@@ -335,18 +385,18 @@ def _hub_records(source: SourceConfig, where: str) -> Iterator[Located]:
             ):
                 ds = ds.cast_column(name, datasets.List(datasets.Image(decode=False)))
     bases = (os.path.abspath(source.data_dir),) if source.data_dir else (os.getcwd(),)
-    records = iter(ds)
+    records = enumerate(ds)
     if features is None:  # a streamed dataset that does not declare its features
         records = _checked_whole(records, source, where, f"dataset {source.dataset_name!r}")
-    for n, record in enumerate(records):
+    for n, record in records:
         yield record, bases, f"{source.split}:{n}"
 
 
 def _demo_records(source: SourceConfig, where: str) -> Iterator[Located]:
     from rsgen.demo.pool import make_demo_rows
 
-    rows = make_demo_rows(source.demo_num_images, source.demo_seed)
-    for n, record in enumerate(_checked_whole(rows, source, where, "the demo pool")):
+    rows = enumerate(make_demo_rows(source.demo_num_images, source.demo_seed))
+    for n, record in _checked_whole(rows, source, where, "the demo pool"):
         yield record, (), f"{source.split}:{n}"
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from rsgen.config import RecipeConfig, RecipeError
 from rsgen.layout import OutputLayout
+from rsgen.prepare import STAGE
 from rsgen.prepare.cleaning import (
     FAMILY_NAME,
     STEPS,
@@ -36,8 +37,11 @@ from rsgen.prepare.cleaning import (
     ordered_steps,
     qa_id,
 )
+from rsgen.prepare.decontaminate import QUESTION_VERSION, Decontamination, build_decontamination
 from rsgen.prepare.images import ImageJob, ImagePack, ImageResult, encode_pil, inline_image, process_images
-from rsgen.prepare.sources import RawRow, describe_source, iter_raw_rows, source_where
+from rsgen.prepare.perceptual import SIGNATURE_VERSION
+from rsgen.prepare.reasons import DROP_REASONS, MERGE_REASONS
+from rsgen.prepare.sources import RawRow, check_source, describe_source, iter_raw_rows, source_where
 from rsgen.prepare.writer import ExternalSorter
 from rsgen.schema import POLICY_VERSION, PREPARED_FEATURES, PREPARED_SHARD_PREFIX
 from rsgen.shards import ParquetShardWriter, swap_dir_into_place
@@ -88,7 +92,7 @@ class Report:
         self.source_rows = [0] * num_sources
         self.family_rows: Counter = Counter()
         self.images = {"checked": 0, "dropped": Counter(), "converted": Counter()}
-        self.examples: dict[str, list[dict]] = {}  # reason -> the first EXAMPLES_PER_REASON rows dropped for it
+        self.examples: dict[str, list[dict]] = {}  # reason -> the first EXAMPLES_PER_REASON rows dropped or merged for it
 
     def _tallies(self, family: str, source: int) -> tuple[Tally, ...]:
         if family not in self.families:
@@ -101,6 +105,8 @@ class Report:
 
     def drop(self, family: str, source: int, reason: str, n: int = 1, *, example: dict) -> None:
         """Count `n` QA pairs dropped for `reason`; `example` (see `example()`) says which row and what failed."""
+        if reason not in DROP_REASONS:  # every reason is documented (docs/reasons.md is made from the table)
+            raise KeyError(f"drop reason {reason!r} is not in rsgen.prepare.reasons.DROP_REASONS")
         for t in self._tallies(family, source):
             t.dropped_qa_pairs += n
             t.dropped[reason] += n
@@ -108,10 +114,16 @@ class Report:
         if len(shown) < EXAMPLES_PER_REASON:
             shown.append(example)
 
-    def merge(self, family: str, source: int, reason: str, n: int = 1) -> None:
+    def merge(self, family: str, source: int, reason: str, n: int = 1, *, example: dict) -> None:
+        """Count `n` QA pairs merged into another for `reason`; `example` says which row and into which."""
+        if reason not in MERGE_REASONS:
+            raise KeyError(f"merge reason {reason!r} is not in rsgen.prepare.reasons.MERGE_REASONS")
         for t in self._tallies(family, source):
             t.merged_qa_pairs += n
             t.merged[reason] += n
+        shown = self.examples.setdefault(reason, [])
+        if len(shown) < EXAMPLES_PER_REASON:
+            shown.append(example)
 
     def keep(self, family: str, source: int) -> None:
         for t in self._tallies(family, source):
@@ -220,6 +232,14 @@ class ImageWorkers:
             # spawn: forking a process that holds pyarrow / datasets threads can deadlock the child.
             self.pool = multiprocessing.get_context("spawn").Pool(num_proc)
 
+    def map(self, fn, items: list) -> list:
+        """fn(chunk) -> list over `items` in chunks on the workers, in order (inline without workers)."""
+        if self.pool is None or not items:
+            return fn(items)
+        size = max(1, -(-len(items) // (self.num_proc * 2)))
+        chunks = [items[i : i + size] for i in range(0, len(items), size)]
+        return [r for chunk in self.pool.map(fn, chunks) for r in chunk]
+
     def submit(self, jobs: list[ImageJob]):
         if self.pool is None or not jobs:
             return process_images(jobs)
@@ -273,68 +293,100 @@ class Batch:
 # ------------------------------------------------------------------------------------------------ the stage
 
 
-def recipe_fingerprint(recipe: RecipeConfig) -> str:
-    """What the prepared pool depends on; a finished pool with another fingerprint is redone."""
-    pinned = {
-        "sources": [dataclasses.asdict(s) for s in recipe.sources],
-        "instruction": recipe.instruction,
-        "max_image_pixels": recipe.max_image_pixels,
-        "max_aspect_ratio": recipe.max_aspect_ratio,
-        "shard_size_mb": recipe.shard_size_mb,
-        "policy_version": POLICY_VERSION,
-        "steps": {k: v[0] for k, v in STEPS.items()},
-    }
+def recipe_fingerprint(recipe: RecipeConfig, **also: Any) -> str:
+    """What the prepared pool depends on: prepare's pinned recipe keys (the `pin` metadata of RecipeConfig, the
+    same keys run.json pins), the cleaning policy and the versions of its steps. A finished pool with another
+    fingerprint is redone.
+
+    `shard_size_mb` is not among them: it decides where one shard file ends, not a row or the order of the rows
+    (readers see one pool, row positions counted across the shards), so a pool written at another shard size is
+    the same pool and is reused as it is; emit writes dataset/ at the current size on every run."""
+    values = recipe.to_dict()
+    pinned = {key: values[key] for key in STAGE.pins}
+    pinned.update(policy_version=POLICY_VERSION, steps={k: v[0] for k, v in STEPS.items()}, **also)
+    if recipe.decontaminate:  # a new matching method re-runs decontamination (absent otherwise: pools stay reused)
+        pinned.update(decontaminate_versions=[SIGNATURE_VERSION, QUESTION_VERSION])
     return hashlib.sha256(json.dumps(pinned, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _finished_report(layout: OutputLayout, fingerprint: str) -> dict | None:
+def _finished_report(layout: OutputLayout, recipe: RecipeConfig, fingerprint: str) -> dict | None:
     if not layout.prepare_report.exists():
         return None
     try:
         report = json.loads(layout.prepare_report.read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    if report.get("recipe_fingerprint") != fingerprint:
+    # Pools written before shard_size_mb stopped counting have it in their fingerprint: the same pool.
+    if report.get("recipe_fingerprint") not in (fingerprint, recipe_fingerprint(recipe,
+                                                                                shard_size_mb=recipe.shard_size_mb)):
         return None
     if not all((layout.prepared / name).exists() for name in report.get("shards", [])):
         return None
     return report
 
 
-def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
-    """Write OUTPUT_DIR/prepared/ (parquet shards + prepare_report.json) and return the report."""
+def check_sources(recipe: RecipeConfig) -> list[SourceRules]:
+    """Every recipe error prepare can find before reading a row (no sources, a bad template or pattern, a data
+    file that is missing or lacks a named column...), raised before anything is written; the sources' rules."""
     if not recipe.sources:
         raise RecipeError("the recipe has no `sources`: add at least one pool to prepare")
+    rules = [SourceRules.from_source(s, recipe.instruction, source_where(i)) for i, s in enumerate(recipe.sources)]
+    for i, source in enumerate(recipe.sources):
+        check_source(source, i)
+    return rules
+
+
+def prepare_finished(recipe: RecipeConfig) -> bool:
+    """Whether OUTPUT_DIR/prepared/ is a finished pool of this recipe (prepare then reuses it)."""
+    return _finished_report(OutputLayout(recipe.output_dir), recipe, recipe_fingerprint(recipe)) is not None
+
+
+def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
+    """Write OUTPUT_DIR/prepared/ (parquet shards + prepare_report.json) and return the report."""
     layout = OutputLayout(recipe.output_dir)
     fingerprint = recipe_fingerprint(recipe)
-    if not force:
-        finished = _finished_report(layout, fingerprint)
+    if not force and recipe.sources:
+        finished = _finished_report(layout, recipe, fingerprint)
         if finished is not None:
             logger.info("prepare: %s is finished for this recipe; reusing it", layout.prepared)
             return finished
-    rules = [SourceRules.from_source(s, recipe.instruction, source_where(i)) for i, s in enumerate(recipe.sources)]
+    rules = check_sources(recipe)
     start = time.perf_counter()
     partial = layout.prepared_partial
     shutil.rmtree(partial, ignore_errors=True)
     work = partial / "_work"
     work.mkdir(parents=True)
     report = Report(len(recipe.sources))
-    qa_sorter = ExternalSorter(work / "qa")
-    id_sorter = ExternalSorter(work / "source_ids")
-    with ImagePack(work / "images.bin") as pack:
-        with ImageWorkers(recipe.prepare_num_proc) as workers:
-            _Pass1(recipe, rules, report, pack, qa_sorter, id_sorter).run(workers)
-        conflicts = _source_id_conflicts(id_sorter)
-        # Small row groups: generate reads the pool a batch of images at a time.
-        writer = ParquetShardWriter(partial, PREPARED_FEATURES, PREPARED_SHARD_PREFIX,
-                                    max_shard_bytes=recipe.shard_size_mb * 1_000_000,
-                                    row_group_bytes=64 << 20, row_group_rows=64)
-        _write_rows(recipe, report, qa_sorter, conflicts, pack, writer)
-        shards = [path.name for path in writer.close()]
+    try:
+        qa_sorter = ExternalSorter(work / "qa")
+        id_sorter = ExternalSorter(work / "source_ids")
+        with ImagePack(work / "images.bin") as pack:
+            with ImageWorkers(recipe.prepare_num_proc) as workers:
+                decon = None
+                if recipe.decontaminate:
+                    # Built once per run, before the pool, by the same workers; kept as hashes, not images.
+                    decon = build_decontamination(recipe, work / "eval_index", workers.map)
+                    logger.info("prepare: decontamination index: %d evaluation images, %d identifying questions",
+                                len(decon.images), len(decon.questions.questions))
+                _Pass1(recipe, rules, report, pack, qa_sorter, id_sorter, decon).run(workers)
+            conflicts = _source_id_conflicts(id_sorter)
+            # Small row groups: generate reads the pool a batch of images at a time.
+            writer = ParquetShardWriter(partial, PREPARED_FEATURES, PREPARED_SHARD_PREFIX,
+                                        max_shard_bytes=recipe.shard_size_mb * 1_000_000,
+                                        row_group_bytes=64 << 20, row_group_rows=64)
+            _write_rows(recipe, report, qa_sorter, conflicts, pack, writer)
+            shards = [path.name for path in writer.close()]
+    except RecipeError:
+        # A recipe error found while reading (a JSON file without a named key): nothing half-made stays behind,
+        # so the corrected recipe runs here as on an empty output_dir.
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     shutil.rmtree(work)
     elapsed = time.perf_counter() - start
     # No timings in the report: the same recipe gives the same prepared/ folder, byte for byte.
     out = _report_dict(recipe, report, shards, writer.rows, fingerprint)
+    if decon is not None:
+        out["decontamination"] = decon.report()
     (partial / REPORT_NAME).write_text(json.dumps(out, indent=2, sort_keys=False) + "\n")
     if out["kept_qa_pairs"] == 0:
         # Nothing to generate from: stop here with what went wrong, not at the next stage with "no work".
@@ -351,20 +403,6 @@ def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
     return out
 
 
-# What to look at first when every row of a pool is dropped for one of these reasons.
-HINTS = {
-    "image_file_missing": "image paths resolve against the source's data_dir, else the data file's folder",
-    "image_missing": "check image_column (the column that holds each row's image)",
-    "question_missing": "check question_column (or format: cauldron / llava for conversation pools)",
-    "answer_missing": "check answer_column",
-    "family_missing": "check family_column, or set `family: NAME`",
-    "mc_answer_not_in_options": "answers written as option indices need answer_index_base: 0 or 1",
-    "purity_question_pattern": "keep_question_patterns matches no question",
-    "purity_source": "source_allowlist matches no row's source id",
-    "row_unparseable": "the file does not parse as its extension says",
-}
-
-
 def _top_reasons(report: dict, n: int) -> list[tuple[str, int]]:
     return sorted(report["dropped"].items(), key=lambda item: (-item[1], item[0]))[:n]
 
@@ -378,7 +416,8 @@ def empty_pool_message(report: dict, report_path) -> str:
             where = f" at {ex['where']}" if "where" in ex else ""
             value = f" = {json.dumps(ex['value'], ensure_ascii=False)}" if "value" in ex else ""
             shown.append(f"{ex['source']} row {ex['source_row_id']}{where}{value}")
-        hint = f" ({HINTS[reason]})" if reason in HINTS else ""
+        fix = DROP_REASONS[reason].fix
+        hint = f" ({fix})" if fix else ""
         parts.append(f"{reason}: {count}{hint}, e.g. " + ", ".join(shown))
     return (f"prepare: none of the {report['input_qa_pairs']} QA pairs survived cleaning, so there is nothing to "
             f"generate from. Top drop reasons: {'; '.join(parts)}. Every reason and its examples: {report_path}")
@@ -387,8 +426,10 @@ def empty_pool_message(report: dict, report_path) -> str:
 class _Pass1:
     """Stream the sources, check text and images, hand survivors to the external sort."""
 
-    def __init__(self, recipe, rules, report, pack: ImagePack, qa_sorter: ExternalSorter, id_sorter: ExternalSorter):
+    def __init__(self, recipe, rules, report, pack: ImagePack, qa_sorter: ExternalSorter, id_sorter: ExternalSorter,
+                 decon: Decontamination | None = None):
         self.recipe = recipe
+        self.decon = decon
         self.rules = rules
         self.report = report
         self.pack = pack
@@ -439,7 +480,14 @@ class _Pass1:
                 survivors = []
                 for seq, raw in zip(seqs, row.qas):
                     checked = check_qa(rules, raw.question, raw.answer, raw.options, raw.source_label)
-                    if isinstance(checked, CleanQA):
+                    matched = self.decon.question_match(raw.question) if isinstance(checked, CleanQA) and \
+                        self.decon is not None else None
+                    if matched is not None:
+                        self.decon.removed(matched, "contaminated_question", 1)
+                        report.drop(family, source_index, "contaminated_question", example={
+                            **example(source_index, raw.source_row_id, row.where, raw.question),
+                            **self.decon.matched(matched)})
+                    elif isinstance(checked, CleanQA):
                         survivors.append((seq, checked, raw.source_row_id))
                     else:
                         report.drop(family, source_index, checked.reason, example=example(
@@ -477,7 +525,8 @@ class _Pass1:
             pending.slot = batch.job_keys[key]
             return
         recipe = self.recipe
-        job = ImageJob(kind, payload, raw_sha, recipe.max_image_pixels, recipe.max_aspect_ratio)
+        job = ImageJob(kind, payload, raw_sha, recipe.max_image_pixels, recipe.max_aspect_ratio,
+                       self.decon.image_index_dir if self.decon is not None else None)
         pending.slot = batch.job_keys[key] = len(batch.jobs)
         batch.jobs.append(job)
         batch.nbytes += len(payload) if kind == "bytes" else 0
@@ -508,6 +557,12 @@ class _Pass1:
             report.images["dropped"][result.reason] += 1
             report.drop(family, src, result.reason, len(pending.qas),
                         example=self._example(pending, pending.image_shown))
+            return
+        if result.eval_match is not None:
+            matched = self.decon.images[result.eval_match]
+            self.decon.removed(matched, "contaminated_image", len(pending.qas), pool_image=result.sha256)
+            report.drop(family, src, "contaminated_image", len(pending.qas),
+                        example={**self._example(pending, pending.image_shown), **self.decon.matched(matched)})
             return
         image_steps = {"image_validate"}
         for conversion in result.conversions:
@@ -587,7 +642,10 @@ def _write_rows(recipe, report: Report, qa_sorter: ExternalSorter, conflicts: se
             report.drop(family, qa.source_index, reason, example=example(
                 qa.source_index, qa.source_row_id, wheres[qa.seq], {"question": qa.question, "answers": qa.answers}))
         for qa in merged:
-            report.merge(family, qa.source_index, "duplicate_question")
+            into = next(k for k in kept if k.question == qa.question)
+            report.merge(family, qa.source_index, "duplicate_question", example=example(
+                qa.source_index, qa.source_row_id, wheres[qa.seq],
+                {"question": qa.question, "answers": qa.answers, "merged_into": wheres[into.seq]}))
         if not kept:
             continue
         for qa in kept:

@@ -13,7 +13,14 @@ the first `math` comparison, and nothing here imports torch, transformers or trl
 
 from rsgen.verify.decision import REASONS, Decision, Extraction
 from rsgen.verify.extract import extract_answer
-from rsgen.verify.registry import VERIFIERS, clear_caches, compare, get_verifier, verify_response
+from rsgen.verify.registry import (
+    VERIFIERS,
+    clear_caches,
+    compare,
+    get_verifier,
+    unusable_reference,
+    verify_response,
+)
 from rsgen.verify.rewards import reward_function
 
 __all__ = [
@@ -26,5 +33,6 @@ __all__ = [
     "extract_answer",
     "get_verifier",
     "reward_function",
+    "unusable_reference",
     "verify_response",
 ]

@@ -13,7 +13,15 @@ BAD_INPUT = (
     "bad_input"  # a prediction/reference that is not usable text (None reference, number, empty list...)
 )
 
-REASONS = (NO_ANSWER, WRONG_ANSWER, MC_AMBIGUOUS, MC_NO_LETTER, MATH_TIMEOUT, BAD_INPUT)
+REASONS: dict[str, str] = {  # every reason a verifier gives, and what it means (docs/reasons.md is made from it)
+    NO_ANSWER: "nothing to compare: the reasoning never closed (cut off at the token limit) or the answer is blank",
+    WRONG_ANSWER: "the answer does not match any reference",
+    MC_AMBIGUOUS: "multiple choice: the answer names two different options",
+    MC_NO_LETTER: "multiple choice: the answer names no option (no letter, no option's text)",
+    MATH_TIMEOUT: "math: the equivalence check ran past math_timeout_seconds (or its memory limit)",
+    BAD_INPUT: "the reference (or the options) cannot be used: not text, blank, or for a row with options not one "
+               "option's letter or text; never judged, never a DPO pair",
+}
 
 
 class Extraction(NamedTuple):

@@ -5,7 +5,9 @@ A rejection is decisive when the answer and the reference are both in a form the
 - `relaxed`, `numeric`: the candidate and every reference parse as numbers and no reference is within the
   verifier's tolerance of the candidate (percent readings and units ignored: "12 kg" against "12 m" is not
   decisive, it is a question for the judge);
-- `mc`: the candidate and every reference are single option letters, and they differ.
+- a row with options (under every verifier: it is multiple choice, see `rsgen.verify.frame`), and `mc`: the
+  candidate names one option -- its letter alone ("B", "(b)") or the whole text of one option -- every reference
+  names one too, and they differ.
 
 Anything else (words, a number against text, `exact`, `math`) is undecided: a differently phrased right answer
 is possible, and that is what the judge is for. The numbers are read with the verifiers' own parser and
@@ -36,15 +38,16 @@ def decisive_mismatch(
 ) -> bool:
     """Whether verifier `verifier`'s rejection of `candidate` (the extracted answer) against `references` is final:
     see the module docstring. False for a match, for bad input and for every other verifier."""
-    if verifier not in NUMERIC_VERIFIERS and verifier not in LETTER_VERIFIERS:
+    multiple_choice = bool(options) or verifier in LETTER_VERIFIERS
+    if verifier not in NUMERIC_VERIFIERS and not multiple_choice:
         return False
     refs = check_inputs(candidate, references)
     if type(refs) is Decision:  # no answer or bad input: not a comparison at all
         return False
     if compare(verifier, candidate, list(refs), options=options, numeric_tolerance=numeric_tolerance).match:
         return False
-    if verifier in LETTER_VERIFIERS:
-        letter = _single_letter(candidate)
+    if multiple_choice:
+        letter = reference_letter(candidate, options)  # a letter alone, or exactly one option's text
         ref_letters = [reference_letter(ref, options) for ref in refs]
         return letter is not None and None not in ref_letters and letter not in ref_letters
     number = text_info(candidate)[1]
@@ -55,11 +58,6 @@ def decisive_mismatch(
         if ref_number is None or _agree(verifier, number, ref_number, numeric_tolerance):
             return False
     return True
-
-
-def _single_letter(answer: str) -> str | None:
-    """The option letter when the whole answer is one ("B", "(b)", "**B.**"), else None."""
-    return reference_letter(answer)
 
 
 def _without_units(number: Number) -> Number:

@@ -10,6 +10,11 @@ The wrapped function is what the registry holds and what callers use:
 
     exact(prediction, references, *, options=None, numeric_tolerance=None, timeout_seconds=None) -> Decision
 
+A row with options is multiple choice whatever verifier its family names: the frame hands it to `mc`'s rule
+(a family that mixes multiple-choice and free-form rows is served by one verifier setting, `relaxed` by default:
+its rows with options are compared by option letter, the rest as free form). A row without options goes to the
+named verifier's rule.
+
 Before the rule runs, the frame
 - turns bad data into a non-match `Decision` (see `rsgen.verify.inputs`: `no_answer` for a missing or blank
   prediction, `bad_input` for text that is not text, unusable references or options that are not a list of
@@ -23,6 +28,7 @@ a rule ignores those it has no use for. `None` means the verifier's own default.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -50,13 +56,24 @@ def verifier(rule: Rule) -> Callable[..., Decision]:
             return refs
         if options is not None and not check_options(options):
             return Decision(False, BAD_INPUT, prediction)
+        if options:
+            return multiple_choice_rule()(prediction, refs, options, numeric_tolerance, timeout_seconds)
         return rule(prediction, refs, options, numeric_tolerance, timeout_seconds)
 
     framed.__name__ = rule.__name__
     framed.__qualname__ = rule.__qualname__
     framed.__module__ = rule.__module__
     framed.__doc__ = rule.__doc__
+    framed.rule = rule  # the bare rule (the frame hands rows with options to mc's)
     return framed
+
+
+@functools.cache
+def multiple_choice_rule() -> Rule:
+    """`mc`'s rule, which decides every row with options (imported late: `rsgen.verify.mc` is built on this frame)."""
+    from rsgen.verify.mc import mc
+
+    return mc.rule
 
 
 def check_settings(numeric_tolerance, timeout_seconds) -> None:

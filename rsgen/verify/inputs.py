@@ -2,9 +2,10 @@
 
 - prediction None (extraction found nothing) or blank text -> `no_answer`;
 - prediction that is not a `str` (a number, bytes, a list...) -> `bad_input`;
-- references: a `str`, or a non-empty list/tuple of `str`; blank references and the text "nan" (a missing
-  value that was turned into text somewhere upstream) are ignored; anything else, or nothing left ->
-  `bad_input`. Numbers are not silently turned into text: `3` and `3.0` would read differently.
+- references: a `str`, or a non-empty list/tuple of `str`; blank references are ignored; anything else, or
+  nothing left -> `bad_input`. A reference is text whatever it says: "nan", "inf", "None" and "null" are answers
+  like any other (a pool's missing values are prepare's business: it drops blank answers as `answer_empty`).
+  Numbers are not silently turned into text: `3` and `3.0` would read differently.
 - options (multiple-choice option texts): None, or a list/tuple of `str`; anything else -> `bad_input`.
 
 `rsgen.verify.frame` runs these checks for every verifier.
@@ -12,19 +13,16 @@
 
 from __future__ import annotations
 
-from itertools import product
-
 from rsgen.verify.decision import BAD_INPUT, NO_ANSWER, Decision
 
 _NO_ANSWER = Decision(False, NO_ANSWER, None)
-_NAN_SPELLINGS = frozenset("".join(chars) for chars in product(*zip("nan", "NAN")))  # nan, NaN, NAN, ...
 
 
 def check_inputs(prediction, references) -> tuple[str, ...] | Decision:
     """The usable references as a tuple, or the non-match Decision that bad input deserves."""
     # Fast path for the common case: one text reference and a non-blank text prediction.
     if type(prediction) is str and type(references) is str and prediction and references:
-        if not prediction.isspace() and not references.isspace() and references not in _NAN_SPELLINGS:
+        if not prediction.isspace() and not references.isspace():
             return (references,)
     if type(prediction) is not str:
         if prediction is None:
@@ -44,9 +42,7 @@ def check_inputs(prediction, references) -> tuple[str, ...] | Decision:
 
 
 def _usable(reference: str) -> bool:
-    if not reference or reference.isspace():
-        return False
-    return reference not in _NAN_SPELLINGS
+    return bool(reference) and not reference.isspace()
 
 
 def check_options(options) -> bool:

@@ -5,7 +5,8 @@ The tolerance is absolute for references up to 1 in magnitude and relative above
 separators, '+', currency, units, and the percent rule: with exactly one side carrying '%', the same-scale
 and the fraction readings both count). A prediction that is not a number is a wrong answer. A reference that
 is not a number falls back to `exact`'s normalised string equality, so a mostly numeric family with the odd
-"yes"/"no" item still verifies.
+"yes"/"no" item still verifies. "nan", "inf", "None" and "null" are not numbers here but text: such a reference
+matches the same text ("NaN" matches "nan") and nothing else.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ from collections.abc import Callable
 from rsgen.verify.decision import Decision
 from rsgen.verify.exact import exact
 from rsgen.verify.extract import extract_answer
+from rsgen.verify.inputs import check_inputs, check_options
 from rsgen.verify.mathexpr import math_verifier
-from rsgen.verify.mc import mc
+from rsgen.verify.mc import mc, reference_letter
 from rsgen.verify.numeric import numeric
 from rsgen.verify.relaxed import relaxed
 
@@ -69,3 +70,19 @@ def verify_response(name: str, response: str, references: str | list[str], *, op
     if options is None and not kw:
         return verifier(extraction.answer, references)
     return verifier(extraction.answer, references, options=options, **kw)
+
+
+def unusable_reference(name: str, references, options=None) -> str | None:
+    """Why verifier `name` can use none of `references` whatever the answer -- every answer is then `bad_input`
+    -- or None when it can. Decided by the references and options alone, so it is known before any model runs."""
+    get_verifier(name)
+    refs = check_inputs("x", references)  # "x": any usable answer; only the references are looked at
+    if type(refs) is Decision:
+        return "no reference is non-blank text"
+    if options is not None and not check_options(options):
+        return "the options are not a list of texts"
+    if (options or name == "mc") and all(reference_letter(ref, options or None) is None for ref in refs):
+        if options:
+            return "the reference names no option (neither a letter nor one option's text)"
+        return "the reference is not an option letter and the row has no options"
+    return None

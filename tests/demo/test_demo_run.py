@@ -9,8 +9,9 @@ from pathlib import Path
 
 import datasets
 import pytest
+from card_figures import assert_card_figures_match_stats
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.floors]  # floors: load_dataset on the output
 
 
 def hf_home_of(output_dir: Path) -> Path:
@@ -29,19 +30,21 @@ def demo_run(tmp_path_factory):
     env = {**os.environ, "HF_HOME": str(hf_home_of(output_dir))}
     completed = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert completed.returncode == 0, completed.stderr[-4000:]
-    return output_dir, completed.stdout
+    return output_dir, completed.stdout, completed.stderr
 
 
 def test_prints_the_table_and_where_the_dataset_and_card_are(demo_run):
-    output_dir, stdout = demo_run
+    output_dir, stdout, _ = demo_run
     assert "accept rate" in stdout and "agreed" in stdout and "known-wrong rejected" in stdout  # both calibration sides
     assert f"dataset: {output_dir / 'dataset'}" in stdout
     assert f"card:    {output_dir / 'dataset' / 'README.md'}" in stdout
-    assert "This is a demo dataset" in (output_dir / "dataset" / "README.md").read_text()
+    card = (output_dir / "dataset" / "README.md").read_text()
+    assert "This is a demo dataset" in card
+    assert assert_card_figures_match_stats(card, json.loads((output_dir / "stats.json").read_text())) > 50
 
 
 def test_answers_split_into_accepted_and_rejected_and_the_judge_agrees(demo_run):
-    output_dir, _ = demo_run
+    output_dir, _, _ = demo_run
     stats = json.loads((output_dir / "stats.json").read_text())
     totals = stats["totals"]
     assert 0 < totals["accepted_qa"] and 0 < totals["rejected_qa"], totals
@@ -49,7 +52,7 @@ def test_answers_split_into_accepted_and_rejected_and_the_judge_agrees(demo_run)
 
 
 def test_rejected_split_holds_the_models_wrong_answers(demo_run):
-    output_dir, _ = demo_run
+    output_dir, _, _ = demo_run
     rejected = [
         path.name for path in (output_dir / "dataset" / "data").iterdir() if path.name.endswith("_rejected")
     ]
@@ -71,7 +74,7 @@ def test_rejected_split_holds_the_models_wrong_answers(demo_run):
 
 def test_the_prepared_pool_is_read_in_place(demo_run):
     """No second copy of the pool in the HF datasets cache (stages read prepared/ directly)."""
-    output_dir, _ = demo_run
+    output_dir, _, _ = demo_run
     prepared = folder_bytes(output_dir / "prepared")
     cache = folder_bytes(hf_home_of(output_dir))
     print(f"prepared pool {prepared} bytes, HF home after the run {cache} bytes")

@@ -26,7 +26,8 @@ INSTRUCTION = "Answer in short without any other content."
 #   wrong      verifier rejected, judge WRONG
 #   unsure     verifier rejected, judge UNSURE
 #   no_answer  reasoning cut off at the token limit: nothing extracted, never judged
-OUTCOMES = ("match", "promote", "wrong", "unsure", "no_answer")
+#   bad_input  the verifier could not use the reference (its reason); never judged
+OUTCOMES = ("match", "promote", "wrong", "unsure", "no_answer", "bad_input")
 
 
 @dataclass
@@ -155,7 +156,8 @@ def write_scripted_run(root, images: list[ScriptedImage] | None = None, *, judge
                 gen.add({
                     "key": key, "id": p.id, "sample": s, "family": family, "question": p.question,
                     "response": shown.response(s), "extracted": extracted, "match": match,
-                    "reason": None if match else ("no_answer" if extracted is None else "wrong_answer"),
+                    "reason": None if match else ("no_answer" if extracted is None else
+                                                  "bad_input" if outcome == "bad_input" else "wrong_answer"),
                     "verifier": "mc" if family == "DemoMC" else "relaxed",
                     "prompt_tokens": 30 + s, "generated_tokens": 12 + len(p.id) + 5 * s,
                     "hit_limit": outcome == "no_answer", "model": "test-model", "revision": None,
@@ -210,4 +212,6 @@ def scripted_recipe(root, **overrides):
               "judge_scope": "all", "max_new_tokens": 64, **overrides}
     if values.get("num_samples", 1) > 1:
         values.setdefault("temperature", 0.7)  # sampling several answers needs temperature > 0
-    return recipe_from_dict(values)
+    from rsgen.testing.work import verified_as_scripted
+
+    return verified_as_scripted(recipe_from_dict(values))  # the scripted decisions are the verify stage's

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import datasets
 import yaml
 from emit_helpers import scripted_recipe, write_scripted_run
 from huggingface_hub import DatasetCard
 
+from rsgen.cli import main
 from rsgen.emit import render_card, run_emit
 from rsgen.emit.card import _cell, configs_of
 from rsgen.layout import OutputLayout
@@ -67,11 +66,12 @@ def test_card_numbers_come_from_stats(emitted_run):
         j, c = fam["judge"], fam["calibration"]
         agreed = f"{c['agreed']}/{c['total']}" if c else "–"
         rejected = f"{c['known_wrong_rejected']}/{c['known_wrong_total']}" if c else "–"
+        recovered = f"{c['known_right_promoted']}/{c['known_right_total']}" if c and c["known_right_total"] else "–"
         assert (f"| {family} | {j['decisive']} | {j['judged']} | {j['promoted']} | {j['withheld']} | {j['wrong']} | "
-                f"{j['unsure']} | {agreed} | {rejected} |") in text
+                f"{j['unsure']} | {agreed} | {rejected} | {recovered} |") in text
     calib = stats["calibration"]
-    assert (f"the judge agreed on {calib['agreed']}/{calib['total']} verifier-accepted pairs; said `WRONG` to "
-            f"{calib['known_wrong_rejected']}/{calib['known_wrong_total']} known-wrong pairs") in text
+    assert f"it agreed on {calib['agreed']}/{calib['total']} answers the verifier accepted" in text
+    assert f"it said `WRONG` to {calib['known_wrong_rejected']}/{calib['known_wrong_total']} questions" in text
     assert "false-promotion rate of 0.0%" in text
     assert "`judge_scope: all`" in text and "Warning —" not in text
     # Every promotion is listed to spot-check, with its question, reference and candidate.
@@ -112,9 +112,7 @@ def test_render_card_rebuilds_from_stats_on_disk(tmp_path):
     stats = json.loads(layout.stats_json.read_text())
     stats["families"]["CLEVRMath"]["accepted_qa"] = 123456
     layout.stats_json.write_text(json.dumps(stats))
-    out = subprocess.run([sys.executable, "-m", "rsgen", "card", str(tmp_path)], capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr
+    main(["card", str(tmp_path)])
     assert "| accepted / rejected (whole family) | 123,456 / 6 |" in readme.read_text()
 
 

@@ -11,7 +11,14 @@ from collections import defaultdict
 
 import datasets
 import pytest
-from emit_helpers import ScriptedImage, ScriptedPair, default_pool, scripted_recipe, write_scripted_run
+from emit_helpers import (
+    INSTRUCTION,
+    ScriptedImage,
+    ScriptedPair,
+    default_pool,
+    scripted_recipe,
+    write_scripted_run,
+)
 from PIL import Image
 
 from rsgen.config import RecipeError
@@ -134,10 +141,11 @@ def test_dpo_leaves_out_pairs_without_a_usable_wrong_answer():
     image = {"bytes": b"x", "path": None}
     qa = [{"question": "q1", "answer": "B", "wrong_vlm": "C", "reason": "wrong_answer"},
           {"question": "q2", "answer": "B", "wrong_vlm": None, "reason": "no_answer"},
-          {"question": "q3", "answer": "B", "wrong_vlm": "B", "reason": "mc_ambiguous"}]
+          {"question": "q3", "answer": "B", "wrong_vlm": "B", "reason": "mc_ambiguous"},
+          {"question": "q4", "answer": "seven", "wrong_vlm": "A", "reason": "bad_input"}]
     rows, skipped = dpo_rows(image, qa)
     assert [r["prompt"][0]["content"][1]["text"] for r in rows] == ["q1"]
-    assert skipped == {"no_answer": 1, "same_as_answer": 1}
+    assert skipped == {"no_answer": 1, "bad_input": 1, "same_as_answer": 1}
 
 
 def test_stats_count_what_was_written(emitted_run):
@@ -154,10 +162,17 @@ def test_stats_count_what_was_written(emitted_run):
     assert judge.pop("withheld_promotions") == []
     assert judge == {"enabled": True, "verifier": 4, "decisive": 0, "judged": 6, "promoted": 1, "withheld": 0,
                      "correct": 1, "wrong": 3, "unsure": 2,
-                     "gate": {"min_specificity": 0.95, "specificity": 1.0, "withheld": False}}
+                     "gate": {"min_specificity": 0.95, "specificity": 1.0, "withheld": False, "consulted": True,
+                              "min_recall": 0.5, "recall": None, "adds_little": False}}
     assert promotions == [{"question": _images[0].pairs[2].question, "reference": "3", "candidate": "11"}]
-    assert fam["calibration"] == {"agreed": 3, "total": 4, "known_wrong_rejected": 4, "known_wrong_total": 4}
-    assert stats["calibration"] == {"agreed": 3, "total": 4, "known_wrong_rejected": 9, "known_wrong_total": 9}  # 4 + 4 + AllRight's 1
+    calib = fam["calibration"]
+    examples = calib.pop("examples")
+    assert calib == {"agreed": 3, "total": 4, "known_wrong_rejected": 4, "known_wrong_total": 4,
+                     "known_right_promoted": 0, "known_right_total": 0,
+                     "known_wrong_forms": {"unrelated": {"as_expected": 4, "total": 4}}, "known_right_forms": {}}
+    assert len(examples["accepted"]) == 4 and len(examples["known_wrong"]) == 4
+    assert stats["calibration"] == {"agreed": 3, "total": 4, "known_wrong_rejected": 9, "known_wrong_total": 9,
+                                    "known_right_promoted": 0, "known_right_total": 0}  # 4 + 4 + AllRight's 1
     assert stats["judge_counts"] == {"judged": 9, "decisive": 0, "promoted": 2, "withheld": 0}
     assert stats["judge_scope"] == "all" and stats["judge_min_specificity"] == 0.95
     rejected = fam["splits"]["rejected"]
@@ -165,7 +180,7 @@ def test_stats_count_what_was_written(emitted_run):
         "config": "CLEVRMath_rejected", "rows": 4, "qa_pairs": 6, "shards": 1}
     shard = OutputLayout(root).dataset / "data" / "CLEVRMath_rejected" / "train-00000-of-00001.parquet"
     assert rejected["download_size"] == shard.stat().st_size and rejected["num_bytes"] > 0
-    assert fam["splits"]["dpo"]["skipped"] == {"no_answer": 1, "same_as_answer": 0}
+    assert fam["splits"]["dpo"]["skipped"] == {"no_answer": 1, "bad_input": 0, "same_as_answer": 0}
     assert fam["tokens"]["samples"] == 11 and fam["tokens"]["hit_limit"] == 1
     assert sum(fam["response_lengths"]["counts"]) == 11
     assert fam["cleaning"]["steps"] == {"dedup_merge@1": 1, "provenance@1": 6}
@@ -212,6 +227,27 @@ def test_judge_disabled_keeps_verifier_reasons(tmp_path):
     assert fam["judge"]["enabled"] is False and fam["calibration"] is None
     card = (OutputLayout(tmp_path).dataset / "README.md").read_text()
     assert "was **disabled** for this run (`judge: false`)" in card
+
+
+@pytest.mark.parametrize("judge_scope", ["undecided", "all"])
+def test_bad_input_is_never_judged_promoted_or_a_dpo_pair_and_is_counted_as_such(tmp_path, capsys, judge_scope):
+    """Issue #28.2: bad_input pairs went to the judge (13 of 24 promoted, the rest written as wrong_answer and
+    made DPO pairs). Here no judge record exists for them: emit must not ask for one."""
+    question = f"Which colour is the ball?\nA. red\nB. blue\n{INSTRUCTION}"
+    pairs = [ScriptedPair("bad-0", question, "seven", "bad_input", wrong="A", options=["red", "blue"]),
+             ScriptedPair("ok-0", f"How many balls?\n{INSTRUCTION}", "2", "match"),
+             ScriptedPair("wrong-0", f"How many cubes?\n{INSTRUCTION}", "3", "wrong", wrong="fig")]
+    write_scripted_run(tmp_path, [ScriptedImage("Mixed", pairs, (90, 90, 200))], known_wrong_rejected=1)
+    run_emit(scripted_recipe(tmp_path, verifier="relaxed", judge_scope=judge_scope))
+    fam = json.loads(OutputLayout(tmp_path).stats_json.read_text())["families"]["Mixed"]
+    assert fam["rejected_reasons"] == {"bad_input": 1, "wrong_answer": 1}
+    assert fam["judge"]["judged"] == 1 and fam["judge"]["promoted"] == 0
+    assert [(qa["question"], qa["reason"]) for row in load(tmp_path, "Mixed_rejected") for qa in row["qa"]
+            if qa["reason"] == "bad_input"] == [(question, "bad_input")]
+    assert [row["rejected"][0]["content"][0]["text"] for row in load(tmp_path, "Mixed_dpo")] == ["fig"]
+    assert fam["splits"]["dpo"]["skipped"]["bad_input"] == 1
+    header, _, row = capsys.readouterr().out.strip().splitlines()[-3:]  # the final table
+    assert "bad input" in header and row.split()[:4] == ["Mixed", "1", "2", "1"]
 
 
 def test_several_samples_accept_any_match_and_describe_rejections_by_sample_0(tmp_path):

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 from emit_helpers import scripted_recipe, write_scripted_run
 
@@ -39,6 +40,7 @@ def dataset_rows(output_dir: Path) -> dict[str, list[str]]:
             for config in sorted((output_dir / "dataset" / "data").iterdir())}
 
 
+@pytest.mark.slow
 def test_disk_full_during_emit_is_one_line_and_the_rerun_is_clean(tmp_path):
     clean, full = tmp_path / "clean", tmp_path / "full"
     for root in (clean, full):

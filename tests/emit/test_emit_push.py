@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import huggingface_hub
 import pytest
 from emit_helpers import scripted_recipe, write_scripted_run
 from huggingface_hub import constants
 
+from rsgen.cli import main
 from rsgen.emit import run_emit
 from rsgen.emit.push import HubAccessError, check_hub_access, push_dataset
 from rsgen.layout import OutputLayout
@@ -61,16 +58,17 @@ def test_missing_token_unreachable_hub_and_read_only_token(tmp_path, monkeypatch
     assert check_hub_access(_recipe(tmp_path), api=RecordingHfApi()) == "someone"
 
 
-def test_run_with_push_fails_before_any_model_work(tmp_path):
+def test_run_with_push_fails_before_any_model_work(tmp_path, capsys):
     recipe = tmp_path / "recipe.yaml"
     out_dir = tmp_path / "out"
     recipe.write_text(f"output_dir: {out_dir}\npush_to_hub: true\nhub_dataset_id: someone/clevr-rs\n"
                       "sources:\n  - dataset_name: rsgen-demo\n    family_column: family\n")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-m", "rsgen", "run", "--config", str(recipe)], capture_output=True,
-                         text=True, env=env, timeout=300)
-    assert out.returncode == 2, out.stderr
-    assert "rsgen: error: push_to_hub is on" in out.stderr and "HF_HUB_OFFLINE=1" in out.stderr
+    # The command line in this process (the tests run offline: HF_HUB_OFFLINE=1, see tests/conftest.py).
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--config", str(recipe)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    assert "rsgen: error: push_to_hub is on" in err and "HF_HUB_OFFLINE=1" in err
     assert not out_dir.exists()  # nothing prepared, no model loaded
 
 

@@ -5,14 +5,22 @@ from __future__ import annotations
 import pytest
 
 from rsgen.emit.splits import EmitError, WorkRecords, route_pair
+from rsgen.records import GenerateRecord, JudgeRecord
 
 
 def _gen(key, sample=0, match=False, extracted="nine", reason=None, question="q?", response="r", family="Count"):
     qa_id = key.split("#")[0]
-    return {"key": key, "id": qa_id, "sample": sample, "family": family, "question": question, "response": response,
-            "extracted": extracted, "match": match,
-            "reason": None if match else (reason or ("no_answer" if extracted is None else "wrong_answer")),
-            "verifier": "relaxed", "prompt_tokens": 1, "generated_tokens": 1, "hit_limit": False}
+    return GenerateRecord.from_json(
+        {"key": key, "id": qa_id, "sample": sample, "family": family, "question": question, "response": response,
+         "extracted": extracted, "match": match,
+         "reason": None if match else (reason or ("no_answer" if extracted is None else "wrong_answer")),
+         "verifier": "relaxed", "prompt_tokens": 1, "generated_tokens": 1, "hit_limit": False})
+
+
+def _verdict(key, verdict, family=None):
+    return JudgeRecord(key=key, id=key, kind="rejected", reference="3", candidate="nine", verdict=verdict,
+                       response=verdict, prompt_tokens=1, generated_tokens=1, hit_limit=False, model="m",
+                       family=family)
 
 
 def _work(samples, judge=None, judge_enabled=True, num_samples=1, known_wrong=(), **kw):
@@ -20,10 +28,9 @@ def _work(samples, judge=None, judge_enabled=True, num_samples=1, known_wrong=()
     off unless `min_specificity` is given)."""
     by_id = {}
     for rec in samples:
-        by_id.setdefault(rec["id"], []).append(rec)
-    verdicts = {k: {"key": k, "verdict": v, "generated_tokens": 1} for k, v in (judge or {}).items()}
-    known = {f"k{i}": {"key": f"known_wrong:k{i}", "family": "Count", "verdict": v, "generated_tokens": 1}
-             for i, v in enumerate(known_wrong)}
+        by_id.setdefault(rec.id, []).append(rec)
+    verdicts = {k: _verdict(k, v) for k, v in (judge or {}).items()}
+    known = {f"k{i}": _verdict(f"known_wrong:k{i}", v, family="Count") for i, v in enumerate(known_wrong)}
     kw.setdefault("min_specificity", 0.95 if known_wrong else 0.0)
     return WorkRecords(by_id, verdicts, {}, judge_enabled, num_samples, known, **kw)
 
@@ -46,7 +53,7 @@ def test_route_pair_follows_the_contract(gen, verdict, accepted, via, reason, wr
     out = route_pair(QA, work)
     assert (out.accepted, out.via, out.reason, out.wrong_vlm) == (accepted, via, reason, wrong)
     if accepted:
-        assert out.response == gen["response"]
+        assert out.response == gen.response
 
 
 def test_judge_disabled_keeps_the_verifier_reason():

@@ -8,6 +8,9 @@ from rsgen.config import RecipeConfig
 from rsgen.engine import ENGINES, ChatRequest, build_engine, demo_model_path, engine_spec
 from rsgen.engine.transformers_engine import TransformersEngine
 
+# transformers' model, processor, generate and cache APIs: .ci/run runs the slow ones on the floors too
+pytestmark = pytest.mark.floors
+
 
 def test_generate_role_takes_the_model_and_its_decoding():
     recipe = RecipeConfig(model_name_or_path="some/model", model_revision="abc", max_new_tokens=77, temperature=0.7,

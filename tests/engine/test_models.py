@@ -20,6 +20,9 @@ from rsgen.engine.processors import needs_video_processor, processor_class_witho
 from rsgen.testing.images import make_test_image
 from rsgen.testing.zoo import ZOO_ARCHS, ZOO_INFO
 
+# transformers' model, processor, generate and cache APIs: .ci/run runs the slow ones on the floors too
+pytestmark = pytest.mark.floors
+
 MAX_NEW_TOKENS = 10
 # Different sizes (so Qwen models get different numbers of image tokens) and questions of different lengths,
 # so the batch is really left-padded.

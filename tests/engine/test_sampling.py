@@ -13,6 +13,9 @@ from rsgen.engine.sampling import RowSeededSampler, row_seed, uniform_noise
 from rsgen.engine.transformers_engine import TransformersEngine
 from rsgen.testing.zoo import ZOO_ARCHS
 
+# transformers' model, processor, generate and cache APIs: .ci/run runs the slow ones on the floors too
+pytestmark = pytest.mark.floors
+
 # ---------------------------------------------------------------- the sampler alone
 
 

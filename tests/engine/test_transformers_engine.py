@@ -23,6 +23,9 @@ from rsgen.engine.models import load_model_and_processor
 from rsgen.engine.transformers_engine import TransformersEngine
 from rsgen.testing.zoo import ZOO_ARCHS
 
+# transformers' model, processor, generate and cache APIs: .ci/run runs the slow ones on the floors too
+pytestmark = pytest.mark.floors
+
 MAX_NEW = 12
 THINKING = {"enable_thinking": True}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from rsgen.config import recipe_from_dict
-from rsgen.demo.run import RECIPE
+from rsgen.demo_command import RECIPE
 
 EXPLORE = {"explore_samples": 4, "explore_temperature": 1.0}
 

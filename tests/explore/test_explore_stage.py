@@ -16,6 +16,7 @@ from launch_helpers import kill_tree, launch, run_to_end
 
 from rsgen.explore.stage import CORRECT, WRONG, is_paired, verdict
 from rsgen.layout import OutputLayout
+from rsgen.records import ExploreRecord, GenerateRecord
 from rsgen.schema import EXPLORE_RECORD_FIELDS, iter_questions, open_prepared
 from rsgen.store import CheckpointStore, distributed_state
 from rsgen.verify import verify_response
@@ -23,6 +24,11 @@ from rsgen.verify import verify_response
 
 def records(output_dir: Path, stage: str = "explore") -> dict[str, dict]:
     return CheckpointStore(OutputLayout(output_dir).work / stage).records()
+
+
+def typed(rec: dict):
+    """A stored record as the stage reads it: an explore sample, or the greedy answer."""
+    return ExploreRecord.from_json(rec) if "round" in rec else GenerateRecord.from_json(rec)
 
 
 def questions_of(output_dir: Path):
@@ -49,7 +55,7 @@ def test_samples_follow_the_rounds_and_the_paired_stop(explored_run):
         assert drawn == list(range(1, len(drawn) + 1)) and len(drawn) in (1, 3, 4), (qa_id, drawn)
         drawn_counts.add(len(drawn))
         history = [greedy[qa_id]] + [samples[s] for s in drawn]
-        verdicts = [verdict(r, questions[qa_id], recipe) for r in history]
+        verdicts = [verdict(typed(r), questions[qa_id], recipe) for r in history]
         # Closed exactly when the responses before the round held a pair.
         for end in (2, 4):  # responses before round 1 (greedy + 1) and before round 2 (greedy + 3)
             if len(history) > end:
@@ -68,7 +74,7 @@ def test_pass_rates_in_the_work_records(explored_run):
     assert [r["id"] for r in lines] == list(questions)
     for rate in lines:
         history = [greedy[rate["id"]]] + [r for r in explored.values() if r["id"] == rate["id"]]
-        verdicts = [verdict(r, questions[rate["id"]], recipe) for r in history]
+        verdicts = [verdict(typed(r), questions[rate["id"]], recipe) for r in history]
         assert rate["samples"] == len(history) and rate["correct"] == verdicts.count(CORRECT)
         assert rate["pass_rate"] == pytest.approx(rate["correct"] / rate["samples"])
         assert rate["paired"] == (CORRECT in verdicts and WRONG in verdicts)

@@ -82,6 +82,7 @@ def _snapshot(model):
 
 
 @pytest.mark.slow
+@pytest.mark.floors  # .ci/run runs it on the declared floors too
 def test_dpo_trainer_two_steps_on_dpo_onpolicy(explored_run, tmp_path):
     from trl import DPOConfig, DPOTrainer
 
@@ -102,6 +103,7 @@ def test_dpo_trainer_two_steps_on_dpo_onpolicy(explored_run, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.floors  # .ci/run runs it on the declared floors too
 def test_grpo_trainer_one_step_with_the_dotted_path_reward(explored_run, tmp_path):
     """TRL resolves the reward by its dotted path, as `--reward_funcs` does; it reads the view's `solution`."""
     from trl import GRPOConfig, GRPOTrainer

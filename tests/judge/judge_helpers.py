@@ -15,6 +15,7 @@ from rsgen.config import recipe_from_dict
 from rsgen.layout import OutputLayout
 from rsgen.schema import PREPARED_FEATURES
 from rsgen.store import CheckpointStore
+from rsgen.testing.work import verified_as_scripted
 
 
 @dataclass
@@ -82,7 +83,7 @@ def write_output_dir(root, pairs: list[Pair], pairs_per_image: int = 2, every_it
 def make_recipe(root, **overrides):
     raw = {"output_dir": str(root), "model_name_or_path": "test-model", "judge_calibration_size": 3,
            "checkpoint_every_items": 2, "checkpoint_every_seconds": 1e9, **overrides}
-    return recipe_from_dict(raw)
+    return verified_as_scripted(recipe_from_dict(raw))  # the scripted decisions are the verify stage's
 
 
 def candidate_of(prompt: str) -> str:

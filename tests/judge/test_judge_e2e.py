@@ -90,6 +90,7 @@ def test_sigkill_and_restart_loses_and_duplicates_nothing(tmp_path, tiny_model, 
     for root in (killed, clean):
         root.mkdir()
         write_output_dir(root, pairs(24, 8))
+        make_recipe(root)  # the verify stage's decisions, as scripted (the judge reads them)
     expected = 24 + 4 + 4  # rejected, verifier-accepted and known-wrong calibration pairs
     store = CheckpointStore(OutputLayout(killed).judge_work)
 

@@ -1,6 +1,7 @@
 """The judge's safeguards through the judge stage and emit, with judges whose verdicts the test controls (fakes:
-these tests are about routing): decisive mismatches never reach the judge, a judge that says CORRECT to
-everything is gated in every family (stats, card and log say so), and a discriminating judge's promotions pass."""
+these tests are about routing): decisive mismatches never reach the judge, nor do the calibration pairs it is
+measured on; a judge that says CORRECT to everything is gated in every family where it is consulted, one that says
+WRONG to everything shows known-right recall 0 (stats, card and log say so), and an answer-key judge passes both."""
 
 from __future__ import annotations
 
@@ -55,10 +56,15 @@ def rubber_stamp(item):
     return "CORRECT"
 
 
-def discriminating(item):
-    """Right on every pair here: CORRECT for what equals the reference, and for "three" against 3."""
-    return "CORRECT" if item.candidate == item.reference or (item.candidate, item.reference) == ("three", "3") \
-        else "WRONG"
+def naysayer(item):
+    return "WRONG"
+
+
+def answer_key(item):
+    """Right on every item here, because it reads the answer key: CORRECT for accepted and known-right pairs and
+    for "three" against 3, WRONG for the rest."""
+    right = item.kind in ("calibration", "known_right") or (item.candidate, item.reference) == ("three", "3")
+    return "CORRECT" if right else "WRONG"
 
 
 def judge_and_emit(root, decide, **overrides):
@@ -90,6 +96,7 @@ def test_a_judge_that_says_correct_to_everything_is_withheld_in_every_family(tmp
     engine, stats, card = judge_and_emit(tmp_path, rubber_stamp, judge_scope="all")
     out = caplog.text
     for family, fam in stats["families"].items():
+        assert fam["calibration"]["known_right_promoted"] == fam["calibration"]["known_right_total"]
         calib = fam["calibration"]
         assert calib["known_wrong_total"] > 0 and calib["known_wrong_rejected"] == 0, family
         assert fam["judge"]["gate"]["withheld"] is True
@@ -106,16 +113,53 @@ def test_a_judge_that_says_correct_to_everything_is_withheld_in_every_family(tmp
     assert {"question": next(p for p in PAIRS if p.id == "f_other").question, "reference": "lime",
             "candidate": "fig"} in withheld
     assert "**Fruit** — 2 withheld by the leniency gate:" in card and "| lime | fig |" in card
-    # Known-wrong pairs came from every family, near misses among them.
-    misses = {(r.meta.family, r.meta.miss) for r in engine.requests if r.meta.kind == "known_wrong"}
-    assert {family for family, _ in misses} == set(VERIFIERS)
-    assert {("Count", "near_number"), ("Fruit", "other_reference"), ("MC", "neighbour_letter")} <= misses
+    # Under `judge_scope: all`, known-wrong pairs came from every family, decisive near misses among them.
+    forms = {(r.meta.family, r.meta.miss) for r in engine.requests if r.meta.kind == "known_wrong"}
+    assert {family for family, _ in forms} == set(VERIFIERS)
+    assert {("Count", "near_number"), ("Fruit", "other_word"), ("MC", "neighbour_letter")} <= forms
 
 
-def test_a_discriminating_judge_passes_the_gate_and_its_promotions_are_listed(tmp_path):
-    _, stats, card = judge_and_emit(tmp_path, discriminating)
+def test_under_the_default_scope_the_rubber_stamp_is_withheld_where_consulted(tmp_path):
+    """Pi's only rejection is decisive: the judge is never consulted there, and the card and stats say so instead of
+    calling it untrusted; every family where it is consulted withholds its CORRECTs."""
+    engine, stats, card = judge_and_emit(tmp_path, rubber_stamp)
+    for family, fam in stats["families"].items():
+        gate = fam["judge"]["gate"]
+        assert gate["consulted"] is (family != "Pi"), family
+        assert gate["withheld"] is (family != "Pi")
+        assert fam["judge"]["promoted"] == 0
+    assert "**Pi:** the judge was never consulted" in card and "Warning — Pi" not in card
+    # The known-wrong pairs the judge was shown are all ones the decisive rule leaves undecided.
+    shown = [r.meta for r in engine.requests if r.meta.kind == "known_wrong"]
+    assert shown and not {item.miss for item in shown} & {"near_number", "neighbour_letter"}
+
+
+def test_a_judge_that_says_wrong_to_everything_has_known_right_recall_zero(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="rsgen")
+    engine, stats, card = judge_and_emit(tmp_path, naysayer)
+    calib = stats["calibration"]
+    assert calib["known_right_total"] > 0 and calib["known_right_promoted"] == 0
+    assert calib["known_wrong_rejected"] == calib["known_wrong_total"] > 0  # the other side it passes
+    for family in ("Count", "Fruit"):
+        fam = stats["families"][family]
+        c = fam["calibration"]
+        assert c["known_right_total"] > 0 and fam["judge"]["gate"]["recall"] == 0.0, family
+        assert fam["judge"]["gate"]["adds_little"] is True
+        assert f"**Note — {family}:** the judge said `CORRECT` to only 0/{c['known_right_total']}" in card
+        assert f"family {family}: the judge said CORRECT to only 0/{c['known_right_total']} known-right" in caplog.text
+    assert f"it said `CORRECT` to 0/{calib['known_right_total']} right answers rewritten" in card
+    assert "**recall of 0.0%**" in card
+
+
+def test_an_answer_key_judge_passes_the_gate_and_its_promotions_are_listed(tmp_path):
+    _, stats, card = judge_and_emit(tmp_path, answer_key)
     count = stats["families"]["Count"]
-    assert count["judge"]["gate"] == {"min_specificity": 0.95, "specificity": 1.0, "withheld": False}
+    assert count["judge"]["gate"] == {"min_specificity": 0.95, "specificity": 1.0, "withheld": False,
+                                      "consulted": True, "min_recall": 0.5, "recall": 1.0, "adds_little": False}
+    assert count["calibration"]["known_right_promoted"] == count["calibration"]["known_right_total"] > 0
+    for side in ("accepted", "known_wrong", "known_right"):
+        assert count["calibration"]["examples"][side], side  # examples of each side, shown on the card
+    assert "**Count** — known-right pairs (should be `CORRECT`):" in card
     assert count["calibration"]["agreed"] == count["calibration"]["total"] > 0
     assert count["judge"]["promoted"] == 1 and count["judge"]["withheld"] == 0
     assert count["judge"]["promotions"] == [

@@ -16,6 +16,7 @@ from rsgen.judge.prompt import render_judge_prompt
 from rsgen.judge.stage import calibration_sample
 from rsgen.judge.verdict import parse_verdict
 from rsgen.layout import OutputLayout
+from rsgen.records import GenerateRecord, JudgeRecord, records_by_key
 from rsgen.routing import goes_to_judge
 from rsgen.schema import JUDGE_RECORD_FIELDS
 from rsgen.store import CheckpointStore
@@ -76,6 +77,8 @@ def test_who_is_judged(judged):
     assert rejected == {"r_right", "r_unsure", "r_two_verdicts", "r_cut_off", "r_injection", "r_mc"}
     assert len(calibration) == 3
     assert len(known_wrong) == 3 and all(k.startswith("known_wrong:") for k in known_wrong)
+    known_right = {k for k, r in records.items() if r["kind"] == "known_right"}
+    assert len(known_right) == 3 and all(k.startswith("known_right:") for k in known_right)
     assert all(k.startswith("calibration:acc") for k in calibration)
     expected = set(calibration_sample([f"acc{i}" for i in range(6)], 3, 0))
     assert {k.removeprefix("calibration:") for k in calibration} == expected
@@ -83,7 +86,7 @@ def test_who_is_judged(judged):
 
 def test_requests_are_text_only_with_prepared_question_and_reference(judged):
     _, _, engine, _ = judged
-    assert len(engine.requests) == 12
+    assert len(engine.requests) == 15  # 6 rejected, 3 accepted, 3 known-wrong, 3 known-right
     for request in engine.requests:
         assert request.images == []
         (message,) = request.messages
@@ -116,10 +119,12 @@ def test_records_and_verdicts(judged):
 
 def test_routing_only_correct_promotes(judged):
     root, _, _, records = judged
-    generate = CheckpointStore(OutputLayout(root).generate_work).records()
+    generate = records_by_key(CheckpointStore(OutputLayout(root).generate_work), GenerateRecord)
+    verdicts = {k: JudgeRecord.from_json(rec) for k, rec in records.items()}
     answers = {p.id: p.answers for p in PAIRS}
-    outcome = {k: route(generate[k], records.get(k), judge_enabled=True,
-                        judged=goes_to_judge(generate[k], answers[k], None, "undecided", None)) for k in generate}
+    outcome = {k: route(generate[k], verdicts.get(k), judge_enabled=True,
+                        judged=goes_to_judge(generate[k], answers[k], None, "undecided", None), trusted=True)
+               for k in generate}
     accepted = {k for k, (ok, _) in outcome.items() if ok}
     assert accepted == {f"acc{i}" for i in range(6)} | {"r_right"}
     assert outcome["r_wrong"] == (False, "wrong_answer")  # decisive: no verdict needed
@@ -130,8 +135,8 @@ def test_routing_only_correct_promotes(judged):
     # A calibration WRONG never demotes a verifier acceptance.
     assert outcome["acc0"] == (True, None)
     # Judge disabled: the verifier's reason stands.
-    assert route(generate["r_mc"], None, judge_enabled=False) == (False, "mc_no_letter")
-    assert route(generate["r_right"], None, judge_enabled=False) == (False, "wrong_answer")
+    assert route(generate["r_mc"], None, judge_enabled=False, trusted=True) == (False, "mc_no_letter")
+    assert route(generate["r_right"], None, judge_enabled=False, trusted=True) == (False, "wrong_answer")
 
 
 def test_summary(judged):
@@ -141,6 +146,7 @@ def test_summary(judged):
         "judged": 6, "promotions": 1, "wrong": 2, "unsure": 3}
     # The scripted judge says CORRECT to anything it does not know: every known-wrong pair.
     assert (summary["known_wrong_rejected"], summary["known_wrong_total"]) == (0, 3)
+    assert (summary["known_right_promoted"], summary["known_right_total"]) == (3, 3)
     calibrated_zero = "calibration:acc0" in CheckpointStore(OutputLayout(root).judge_work).done_keys()
     assert summary["calibration_total"] == 3
     assert summary["calibration_agreed"] == 3 - calibrated_zero
@@ -153,7 +159,8 @@ def test_summary_line_is_printed(tmp_path, caplog):
     run(tmp_path, judge_calibration_size=6)
     out = caplog.text
     assert "CORRECT 1 (promoted), WRONG 2, UNSURE 3" in out
-    assert "agreed on 5/6 verifier-accepted pairs, said WRONG to 0/6 known-wrong pairs" in out
+    assert ("agreed on 5/6 verifier-accepted pairs, said WRONG to 0/6 known-wrong pairs and CORRECT to 6/6 "
+            "known-right pairs") in out
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("family Demo: the judge said WRONG to only 0/6 known-wrong pairs (0.0%)" in w for w in warnings)
 
@@ -163,14 +170,16 @@ def test_injection_changes_nothing_in_how_the_verdict_is_read(tmp_path):
     plain = [Pair("a", ["3"], match=False, extracted="five"),
              Pair("b", ["3"], match=False, extracted="five " + INJECTION)]
     write_output_dir(tmp_path / "wrong", plain)
-    run(tmp_path / "wrong", engine=ScriptedJudgeEngine(lambda prompt: "WRONG"), judge_calibration_size=0)
+    run(tmp_path / "wrong", engine=ScriptedJudgeEngine(lambda prompt: "WRONG"), judge_calibration_size=0,
+        judge_min_specificity=0)
     records = CheckpointStore(OutputLayout(tmp_path / "wrong").judge_work).records()
     assert records["a"]["verdict"] == records["b"]["verdict"] == "WRONG"
 
     # A judge that parrots its input (the prompt, or just the candidate) never yields CORRECT.
     for name, parrot in (("echo_prompt", lambda p: p), ("echo_candidate", candidate_of)):
         write_output_dir(tmp_path / name, plain)
-        run(tmp_path / name, engine=ScriptedJudgeEngine(parrot), judge_calibration_size=0)
+        run(tmp_path / name, engine=ScriptedJudgeEngine(parrot), judge_calibration_size=0,
+        judge_min_specificity=0)
         records = CheckpointStore(OutputLayout(tmp_path / name).judge_work).records()
         assert records["b"]["verdict"] == "UNSURE", name
     assert parse_verdict(INJECTION) == "UNSURE"
@@ -193,11 +202,11 @@ def test_resume_after_a_crash_loses_and_duplicates_nothing(tmp_path):
         run(tmp_path, engine=ScriptedJudgeEngine(crashing))
     store = CheckpointStore(OutputLayout(tmp_path).judge_work)
     first = store.done_keys()
-    assert 0 < len(first) < 12
+    assert 0 < len(first) < 15
     _, engine = run(tmp_path)
     assert {r.key for r in engine.requests}.isdisjoint(first)  # nothing finished is redone
     lines = [json.loads(line) for part in store.parts() for line in part.read_text().splitlines()]
-    assert len(lines) == len({rec["key"] for rec in lines}) == 12
+    assert len(lines) == len({rec["key"] for rec in lines}) == 15
     # A rerun after completion does no work at all.
     _, engine = run(tmp_path)
     assert engine.requests == []
@@ -210,9 +219,9 @@ def test_data_parallel_ranks_split_the_work(tmp_path):
         _, engines[rank] = run(tmp_path, state=FakeState(process_index=rank, num_processes=2))
     keys = {rank: [r.key for r in engine.requests] for rank, engine in engines.items()}
     assert set(keys[0]).isdisjoint(keys[1])
-    assert len(keys[0]) == len(keys[1]) == 6
+    assert sorted([len(keys[0]), len(keys[1])]) == [7, 8]
     store = CheckpointStore(OutputLayout(tmp_path).judge_work)
-    assert len(store.done_keys()) == 12
+    assert len(store.done_keys()) == 15
     for part in store.parts():
         rank = int(part.name.split("-rank")[1][:5])
         assert {json.loads(line)["key"] for line in part.read_text().splitlines()} <= set(keys[rank])
@@ -285,3 +294,11 @@ def test_calibration_sample_is_fixed_by_seed():
     assert calibration_sample(keys, 10, seed=1) != sample
     assert calibration_sample(keys[:5], 10, seed=0) == sorted(keys[:5])  # fewer accepted than asked: all
     assert calibration_sample(keys, 0, seed=0) == []
+
+
+def test_calibration_size_zero_with_the_gate_on_is_refused(tmp_path):
+    """No known-wrong pair could be measured, so no promotion could ever count: one line that says what to do."""
+    with pytest.raises(RecipeError, match="judge_calibration_size: 0 with judge: true.*judge_min_specificity: 0"):
+        make_recipe(tmp_path, judge_calibration_size=0)
+    make_recipe(tmp_path, judge_calibration_size=0, judge_min_specificity=0)  # the gate off: allowed
+    make_recipe(tmp_path, judge_calibration_size=0, judge=False)

@@ -86,15 +86,51 @@ def test_options_length_mismatch_is_a_clear_error():
         mc.compute(predictions=["A", "B"], references=["A", "B"], options=[["x", "y"]])
 
 
-def test_options_are_a_feature_of_mc_kept_by_add_batch(metrics):
-    mc = metrics["mc"]
-    assert "options" in mc.features[0] and "options" not in metrics["relaxed"].features[0]
-    mc.add_batch(predictions=["blue"], references=["B"], options=[["red", "blue"]])
-    mc.add_batch(predictions=["green"], references=["B"], options=[["red", "blue"]])
-    mc.add(prediction="(B)", reference="B")  # options may be left out: the letter alone decides
-    result = mc.compute()
-    assert result["matches"] == [True, False, True] and result["extracted"] == ["B", "green", "B"]
-    assert mc.compute(predictions=["B"], references=["B"])["accuracy"] == 1.0
+def test_options_are_a_feature_of_every_verifier_kept_by_add_batch(metrics):
+    for name in VERIFIERS:
+        assert "options" in metrics[name].features, name
+    relaxed = metrics["relaxed"]
+    relaxed.add_batch(predictions=["blue"], references=["B"], options=[["red", "blue"]])
+    relaxed.add_batch(predictions=["green"], references=["B"], options=[["red", "blue"]])
+    relaxed.add(prediction="b.", reference="B")  # options may be left out: free form
+    relaxed.add(prediction="7", reference="7")
+    result = relaxed.compute()
+    assert result["matches"] == [True, False, True, True] and result["extracted"] == ["B", "green", "b.", "7"]
+    assert metrics["mc"].compute(predictions=["B"], references=["B"])["accuracy"] == 1.0
+
+
+MIXED = [
+    # (prediction, reference, options): text and list references, rows with and without options
+    ("4", "4", []),
+    ("four", ["4", "four"], []),
+    ("5", ["4", "four"], []),
+    ("<think>x</think>B", "B", ["red", "blue"]),
+    ("red", ["B"], ["red", "blue"]),
+    ("nan", "nan", []),
+    ("None", ["None", "null"], []),
+    ("12", ["12", "twelve"], []),
+]
+
+
+@pytest.mark.parametrize("name", ["relaxed", "exact", "numeric"])
+def test_a_rows_result_is_its_own_whatever_the_other_rows(name):
+    """Issue #28.1: `evaluate` fixed the input format from the first example, so a list reference after a text one
+    was read as the text "['4', 'four']". Each row's result must be what verify_response says for it alone."""
+    alone = [verify_response(name, p, r, options=o or None) for p, r, o in MIXED]
+    assert {d.match for d in alone} == {True, False}
+    orders = [list(range(len(MIXED))), list(reversed(range(len(MIXED)))), [1, 0, 2, 3, 4, 5, 6, 7]]
+    for order in orders:
+        rows = [MIXED[i] for i in order]
+        expected = [alone[i] for i in order]
+        metric = evaluate.load(metric_path(), name)  # a fresh module: no format kept from an earlier call
+        at_once = metric.compute(predictions=[p for p, _, _ in rows], references=[r for _, r, _ in rows],
+                                 options=[o for _, _, o in rows])
+        assert at_once["matches"] == [d.match for d in expected], order
+        assert at_once["reasons"] == [d.reason for d in expected], order
+        metric = evaluate.load(metric_path(), name)
+        for p, r, o in rows:  # one example per batch, options left out where there are none
+            metric.add_batch(predictions=[p], references=[r], **({"options": [o]} if o else {}))
+        assert metric.compute()["matches"] == [d.match for d in expected], order
 
 
 def test_non_text_predictions_are_rejected_by_evaluate_with_a_clear_error(metrics):

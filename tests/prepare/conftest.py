@@ -125,6 +125,27 @@ def write_pool(folder, fmt: str, rows: list[dict], **source) -> dict:
     return {**where, "family": "F", **source}
 
 
+def record_wheres(source: dict) -> list[str]:
+    """`file:position` of each record of a pool `write_pool` wrote, as a user finds it: the line where the record
+    starts in a text file (counted from 1, a CSV header included: JSON Lines -> 1, 2, ...; CSV -> 2, 3, ...; a JSON
+    array written with indent=1 -> the lines that open an object), the 0-based row index in a parquet file."""
+    from pathlib import Path
+
+    path = Path(source["data_files"][0]) if "data_files" in source else Path(source["data_dir"]) / "metadata.jsonl"
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return [f"{path.name}:{i}" for i in range(pq.read_metadata(path).num_rows)]
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if path.suffix in (".csv", ".tsv"):
+        starts = range(2, len(lines) + 1)
+    elif path.suffix == ".json":
+        starts = [n for n, line in enumerate(lines, 1) if line == " {"]
+    else:
+        starts = [n for n, line in enumerate(lines, 1) if line.strip()]
+    return [f"{path.name}:{n}" for n in starts]
+
+
 @pytest.fixture(params=POOL_FORMATS)
 def pool_format(request) -> str:
     """Each way a local pool is stored; a test taking it runs once per format."""
@@ -142,4 +163,5 @@ def tools():
         mode_images=mode_images,
         make_recipe=make_recipe,
         write_pool=write_pool,
+        record_wheres=record_wheres,
     )

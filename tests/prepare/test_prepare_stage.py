@@ -138,7 +138,7 @@ def test_every_bad_input_class_is_counted_and_nothing_crashes(tmp_path, tools):
     assert shared["clean_meta"]["source_dataset"] == " + ".join(
         f"local:{s['data_files'][0]}" for s in sources
     )
-    assert shared["clean_meta"]["source_row_ids"] == ["p0", "paths.jsonl:0"]
+    assert shared["clean_meta"]["source_row_ids"] == ["p0", "paths.jsonl:1"]  # line 1 of the JSON Lines file
     assert "dedup_merge@1" in shared["clean_meta"]["steps"]
     mc = next(q for r in ds for q in r["qa"] if q["question"].startswith("Which shape?"))
     assert mc["question"] == f"Which shape?\nA. cube\nB. sphere\n{INSTRUCTION}"
@@ -294,15 +294,15 @@ def test_pool_whose_rows_are_all_dropped_exits_2_with_examples(tmp_path, tools, 
         main(["prepare", "--config", write_recipe(tmp_path / "r.yaml", out, [source])])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    name = "metadata.jsonl" if pool_format == "imagefolder" else f"pool.{pool_format}"
+    wheres = tools.record_wheres(source)  # the line of each record (text files), the row index (parquet)
     assert "none of the 5 QA pairs survived cleaning" in err
     assert "answer_empty: 4" in err and "image_undecodable: 1" in err
-    assert f"sources[0] row {name}:0 = \"\"" in err  # the row and the value that failed
+    assert f"sources[0] row {wheres[0]} = \"\"" in err  # the row and the value that failed
     bad_image = "<4 bytes>" if pool_format == "parquet" else "img4.png"
-    assert f"sources[0] row {name}:4 = \"{bad_image}\"" in err
+    assert f"sources[0] row {wheres[4]} = \"{bad_image}\"" in err
     report = json.loads((out / "prepared.partial" / "prepare_report.json").read_text())
     assert str(out / "prepared.partial" / "prepare_report.json") in err
-    assert [e["source_row_id"] for e in report["examples"]["answer_empty"]] == [f"{name}:{i}" for i in range(3)]
+    assert [e["source_row_id"] for e in report["examples"]["answer_empty"]] == wheres[:3]
     assert not (out / "prepared").exists()  # never mistaken for a finished pool
 
 
@@ -325,13 +325,17 @@ def test_report_keeps_examples_per_reason(tmp_path, tools):
     sources, dropped, _ = bad_pool(tmp_path, tools)
     report = run_prepare(tools.make_recipe(tmp_path / "out", sources))
     examples = report["examples"]
-    assert set(examples) == set(dropped)
+    assert set(examples) == set(dropped) | {"duplicate_question"}  # merged copies are shown too
+    # p1 repeats p0's question and answer on the same image: merged into it, and the report says which into which.
+    assert examples["duplicate_question"] == [
+        {"source": "sources[0]", "source_row_id": "p1", "where": "bytes.parquet:1",
+         "value": {"question": f"How many objects?\n{INSTRUCTION}", "answers": ["3"], "merged_into": "bytes.parquet:0"}}]
     assert all(1 <= len(examples[r]) <= min(n, 3) for r, n in dropped.items())
     assert examples["image_file_missing"] == [
-        {"source": "sources[1]", "source_row_id": "paths.jsonl:15", "value": "missing.png"}]
+        {"source": "sources[1]", "source_row_id": "paths.jsonl:16", "value": "missing.png"}]
     assert examples["row_unparseable"] == [
-        {"source": "sources[1]", "source_row_id": "paths.jsonl:18", "value": "{broken json\n"}]
-    assert examples["answer_not_string"][0] == {"source": "sources[1]", "source_row_id": "paths.jsonl:8",
+        {"source": "sources[1]", "source_row_id": "paths.jsonl:19", "value": "{broken json\n"}]
+    assert examples["answer_not_string"][0] == {"source": "sources[1]", "source_row_id": "paths.jsonl:9",
                                                "value": {"text": "a"}}
     assert examples["image_truncated"][0]["value"].endswith(" bytes>")
     assert [(e["source_row_id"], e["where"], e["value"]["answers"]) for e in examples["duplicate_conflicting_answers"]] \

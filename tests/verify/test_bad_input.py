@@ -32,9 +32,6 @@ BAD = [
     ("3", "", "bad_input"),
     ("3", "  ", "bad_input"),
     ("3", ["", " "], "bad_input"),
-    ("3", "nan", "bad_input"),  # a missing value turned into text upstream
-    ("3", "NaN", "bad_input"),
-    ("3", ["nan"], "bad_input"),
     ("3", {"answer": "3"}, "bad_input"),
     ("3", b"3", "bad_input"),
 ]
@@ -47,6 +44,20 @@ def test_bad_input_is_a_non_match_with_a_reason(name, prediction, references, re
     assert isinstance(decision, Decision)
     assert decision.match is False
     assert decision.reason == reason
+
+
+TEXT_THAT_LOOKS_MISSING = ["nan", "NaN", "NAN", "inf", "-inf", "Infinity", "None", "null", "NULL"]
+
+
+@pytest.mark.parametrize("name", ["relaxed", "exact", "numeric"])
+@pytest.mark.parametrize("text", TEXT_THAT_LOOKS_MISSING)
+def test_references_that_look_missing_are_text(name, text):
+    """A reference is text whatever it says (the README says so): it matches itself and nothing else."""
+    assert compare(name, text, text) == (True, None, text)
+    assert compare(name, text.lower(), [text, "other"]).match is True
+    wrong = compare(name, "3", text)
+    assert (wrong.match, wrong.reason) == (False, "wrong_answer")
+    assert compare(name, "nan", "inf").match is False
 
 
 @pytest.mark.parametrize("name", NAMES)

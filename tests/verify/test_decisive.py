@@ -40,10 +40,18 @@ CASES = [
     ("mc", "C", ["B", "C"], None, None, False),
     ("mc", "C", "blue", OPTIONS, None, True),  # the reference is option B's text
     ("mc", "B", "blue", OPTIONS, None, False),
-    ("mc", "green", "B", OPTIONS, None, False),  # the candidate is not a letter
+    ("mc", "green", "B", OPTIONS, None, True),  # another option, by its text
+    ("mc", "it is green", "B", OPTIONS, None, False),  # a sentence: the judge reads it
     ("mc", "C", "the blue one", OPTIONS, None, False),  # no reference letter: bad input
     ("exact", "10", "9", None, None, False),  # other verifiers: never decisive
     ("math", "10", "9", None, None, False),
+    # A row with options is multiple choice under every verifier: another option, by letter or by text, is final.
+    *[(v, "A", "B", OPTIONS, None, True) for v in ("relaxed", "exact", "numeric", "math")],
+    *[(v, "green", "B", OPTIONS, None, True) for v in ("relaxed", "exact", "numeric", "math")],
+    *[(v, "(b)", "blue", OPTIONS, None, False) for v in ("relaxed", "exact", "numeric", "math")],
+    ("relaxed", "7", "B", ["7", "8", "9"], None, True),  # option texts that are numbers: the option decides
+    ("relaxed", "8", "B", ["7", "8", "9"], None, False),
+    ("relaxed", "A", "B", [], None, False),  # no options: free form, two words
 ]
 
 

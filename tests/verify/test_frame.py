@@ -29,10 +29,13 @@ def test_a_rule_sees_checked_inputs_only():
 
     assert spy.__name__ == "spy" and spy.__doc__ == "A rule that records what reaches it."
     assert spy("5", "5") == Decision(True, None, "5")
-    assert spy("5", ["", "nan", "6", "7"], options=["x"], numeric_tolerance=0.5, timeout_seconds=2) == (
+    assert spy("5", ["", " ", "6", "7"], options=[], numeric_tolerance=0.5, timeout_seconds=2) == (
         Decision(True, None, "5")
     )
-    assert seen == [("5", ("5",), None, None, None), ("5", ("6", "7"), ["x"], 0.5, 2)]
+    assert seen == [("5", ("5",), None, None, None), ("5", ("6", "7"), [], 0.5, 2)]
+    # A row with options is multiple choice: mc's rule decides it, whatever rule the verifier has.
+    assert spy("(A)", "B", options=["x", "y"]) == Decision(False, "wrong_answer", "A")
+    assert spy("yes", "B", options=["no", "yes"]) == Decision(True, None, "B")
     # Bad data never reaches the rule: it is a non-match with a reason.
     assert spy(None, "5").reason == "no_answer"
     assert spy(" ", "5").reason == "no_answer"
@@ -73,7 +76,6 @@ def test_bad_settings_are_a_clear_error_for_every_verifier(name, setting, value)
 
 @pytest.mark.parametrize("name", NAMES)
 def test_options_tuples_and_defaults_are_accepted(name):
+    assert compare(name, "B", "B", options=("red", "blue"), numeric_tolerance=0, timeout_seconds=1).match
     answer = "B" if name == "mc" else "3"
-    assert compare(
-        name, answer, answer, options=("red", "blue"), numeric_tolerance=0, timeout_seconds=1
-    ).match
+    assert compare(name, answer, answer, options=(), numeric_tolerance=0, timeout_seconds=1).match

@@ -192,6 +192,7 @@ def _greedy_text(model, tokenizer, prompt_ids, max_new_tokens):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("conversational", [False, True], ids=["plain", "conversational"])
+@pytest.mark.floors  # .ci/run runs it on the declared floors too
 def test_one_grpo_step_on_cpu_uses_the_reward(tmp_path, conversational):
     """GRPOTrainer samples at a near-zero temperature, so each prompt's completions equal its greedy output.
     One prompt's reference IS that output (reward 1.0), the other's is not (0.0): the logged reward mean

@@ -33,9 +33,11 @@ _KWARGS_DESCRIPTION = """
 Args:
     predictions (`list` of `str`): raw model responses (reasoning included); the final answer is extracted.
     references (`list` of `str` or `list` of `list` of `str`): the official answer of each example, or a
-        list of acceptable answers (any match counts). Use lists for every example if some have several.
-    options (`list` of `list` of `str`, optional): multiple-choice option texts per example, in letter order
-        (`mc` only; lets an answer that repeats an option's text count as that option's letter).
+        list of acceptable answers (any match counts); text and lists may be mixed in any order. A reference is
+        text whatever it says: "nan", "inf", "None" and "null" are compared as written.
+    options (`list` of `list` of `str`, optional): multiple-choice option texts per example, in letter order.
+        An example with options is checked as multiple choice under every verifier (its letter, or the text of
+        one option, against the reference's letter); an example with an empty list is free form.
     numeric_tolerance (`float`, optional): tolerance of `numeric` (default 1e-6; absolute up to 1, relative above).
     timeout_seconds (`float`, optional): per-example time limit of `math` (default 5).
 Returns:
@@ -60,6 +62,21 @@ Examples:
 DEFAULT_VERIFIER = "relaxed"  # `evaluate.load(path)` without a configuration name
 
 
+def _as_list(reference):
+    """A text reference as the one-element list it means; anything else as it is (a list, or bad input that
+    `evaluate` or the verifier reports)."""
+    return [reference] if isinstance(reference, str) else reference
+
+
+def _one_format(predictions, references, kwargs: dict):
+    """References as lists and options present, so that every example has the one input format."""
+    if isinstance(references, (list, tuple)):
+        references = [_as_list(r) for r in references]
+    if kwargs.get("options") is None:
+        kwargs = {**kwargs, "options": [[] for _ in predictions]}
+    return references, kwargs
+
+
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class RsgenVerify(evaluate.Metric):
     """Accuracy of raw model responses under one of rsgen's verifiers (the configuration name)."""
@@ -70,19 +87,19 @@ class RsgenVerify(evaluate.Metric):
             raise ValueError(
                 f"unknown verifier {self.config_name!r}; load the metric with one of: {', '.join(sorted(VERIFIERS))}"
             )
-        # `options` is an input feature of `mc` (so `add_batch` stores it, across processes too); the other
-        # verifiers take no options.
-        extra = {"options": datasets.List(datasets.Value("string"))} if verifier == "mc" else {}
+        # One input format for every example: `evaluate` fixes the format from the first example it sees, so with
+        # two formats (text or list references) a list arriving after a text was read as the text "['4', 'four']".
+        # `compute`, `add_batch` and `add` turn a text reference into a one-element list and absent options into
+        # an empty list before `evaluate` sees them.
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=[
-                datasets.Features({"predictions": datasets.Value("string"),
-                                   "references": datasets.List(datasets.Value("string")), **extra}),
-                datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string"),
-                                   **extra}),
-            ],
+            features=datasets.Features({
+                "predictions": datasets.Value("string"),
+                "references": datasets.List(datasets.Value("string")),
+                "options": datasets.List(datasets.Value("string")),
+            }),
             reference_urls=[
                 "https://github.com/vis-nlp/ChartQA",
                 "https://github.com/huggingface/Math-Verify",
@@ -93,27 +110,23 @@ class RsgenVerify(evaluate.Metric):
     def verifier(self) -> str:
         return DEFAULT_VERIFIER if self.config_name == "default" else self.config_name
 
-    def _without_options_is_no_options(self, predictions, kwargs: dict) -> dict:
-        """`mc` without `options`: every example has none (the letter alone decides), as before it was a feature."""
-        if self.verifier == "mc" and kwargs.get("options") is None and predictions is not None:
-            kwargs = {**kwargs, "options": [[] for _ in predictions]}
-        return kwargs
-
     def compute(self, *, predictions=None, references=None, **kwargs):
-        """Compute the metric over the stored and the given examples (`mc`: `options` optional)."""
-        kwargs = self._without_options_is_no_options(predictions, kwargs)
+        """Compute the metric over the stored and the given examples (`options` optional)."""
+        if predictions is not None:
+            references, kwargs = _one_format(predictions, references, kwargs)
         return super().compute(predictions=predictions, references=references, **kwargs)
 
     def add_batch(self, *, predictions=None, references=None, **kwargs):
-        """Store a batch of examples (`mc`: `options` optional)."""
-        kwargs = self._without_options_is_no_options(predictions, kwargs)
+        """Store a batch of examples (`options` optional)."""
+        if predictions is not None:
+            references, kwargs = _one_format(predictions, references, kwargs)
         return super().add_batch(predictions=predictions, references=references, **kwargs)
 
     def add(self, *, prediction=None, reference=None, **kwargs):
-        """Store one example (`mc`: `options` optional)."""
-        if self.verifier == "mc" and kwargs.get("options") is None:
+        """Store one example (`options` optional)."""
+        if kwargs.get("options") is None:
             kwargs = {**kwargs, "options": []}
-        return super().add(prediction=prediction, reference=reference, **kwargs)
+        return super().add(prediction=prediction, reference=_as_list(reference), **kwargs)
 
     def _compute(self, predictions, references, options=None, numeric_tolerance=None, timeout_seconds=None):
         matches, extracted, reasons = [], [], []

@@ -1,5 +1,5 @@
-"""Keyed work: the checkpoint store shared by generate and judge (per-rank JSON Lines parts under
-OUTPUT_DIR/work/<stage>/), the process's distributed state, and the one loop both stages run (`run_keyed_work`).
+"""The checkpoint store: a stage's work records as per-rank JSON Lines parts under OUTPUT_DIR/work/<stage>/
+(what the records hold: `rsgen.records`; the loop that fills a store: `rsgen.store.keyed_work`).
 
 Why parts and not one file: each rank appends only its own files, so no locking is needed across processes or
 nodes; each part is written to a temporary name, fsynced, renamed and its directory fsynced, so a part on disk is
@@ -18,11 +18,10 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from rsgen.interrupt import deferred, interruptible
+from rsgen.interrupt import deferred
 from rsgen.shards import fsync_path
 
 logger = logging.getLogger(__name__)
@@ -46,14 +45,20 @@ class CheckpointStore:
 
     def iter_records(self) -> Iterator[dict[str, Any]]:
         """Every record once per key (the first written wins), in part order."""
+        for _where, rec in self.iter_located():
+            yield rec
+
+    def iter_located(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """`iter_records` with where each record was read ("PART line N"), for errors that name the file."""
         seen: set[str] = set()
         for part in self.parts():
-            for line in self._read_part(part):
+            name = str(part)
+            for number, line in enumerate(self._read_part(part), 1):
                 rec = json.loads(line)
                 if rec["key"] in seen:
                     continue
                 seen.add(rec["key"])
-                yield rec
+                yield f"{name} line {number}", rec
 
     def records(self) -> dict[str, dict[str, Any]]:
         return {rec["key"]: rec for rec in self.iter_records()}
@@ -89,6 +94,25 @@ class CheckpointStore:
         logger.warning("checkpoint part %s is damaged (%s): moved to %s; its keys will be done again",
                        part, problem, quarantine / part.name)
         return []
+
+    def retain(self, keep: Callable[[dict[str, Any]], bool]) -> int:
+        """Drop the records `keep` refuses (work that no longer applies, e.g. a verdict on a candidate that changed);
+        returns how many were dropped. Main process only. Each part holding such a record is written again
+        without it as a new part, then the old part is removed: a crash in between leaves both, and the next call
+        drops the same records again."""
+        dropped = 0
+        for part in self.parts():
+            lines = self._read_part(part)
+            kept = [json.loads(line) for line in lines]
+            kept = [rec for rec in kept if keep(rec)]
+            if len(kept) == len(lines):
+                continue
+            dropped += len(lines) - len(kept)
+            with PartWriter(self.directory, 0, max(1, len(kept)), float("inf")) as writer:
+                writer.extend(kept)
+            part.unlink()
+            fsync_path(self.directory)
+        return dropped
 
     def writer(self, rank: int, every_items: int = 256, every_seconds: float = 60.0) -> PartWriter:
         return PartWriter(self.directory, rank, every_items, every_seconds)
@@ -174,102 +198,3 @@ def part_damage(name: str, data: bytes) -> str | None:
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         return f"does not parse: {err}"
     return None
-
-
-def shard_for_rank(keys: list[str], rank: int, world_size: int) -> list[str]:
-    """Stripe the FULL, globally ordered key list across ranks (then each rank skips its done keys): every key
-    belongs to exactly one rank whatever the timing of the ranks, so no barrier is needed between reading the
-    store and working. Striping only the pending keys would race with ranks that already wrote parts."""
-    return keys[rank::world_size]
-
-
-def distributed_state():
-    """The process's `accelerate.PartialState` (one process, or one rank of an `accelerate launch`)."""
-    import datetime
-
-    import torch
-    from accelerate import PartialState
-
-    # Without cpu=True, CPU processes under torchrun all believe they are rank 0 (measured; see the README's
-    # multi-process section). A long timeout: ranks reach the barrier after generate/judge at different times,
-    # and NCCL's default of 10 minutes would crash a days-long run at the end of a stage.
-    return PartialState(cpu=not torch.cuda.is_available(), timeout=datetime.timedelta(hours=24))
-
-
-class KeyedStage(Protocol):
-    """What a stage gives the keyed-work loop: its keys, requests for the pending ones, a record per result."""
-
-    name: str  # "generate", "judge" (progress bar and logs)
-    unit: str  # what one key is, for the progress bar ("item", "pair")
-
-    def keys(self) -> list[str]:
-        """Every key of the stage, in one global order that every rank computes identically."""
-
-    def requests(self, pending: list[str]) -> Iterable[Any]:
-        """Engine requests for the pending keys (`request.key` is the work key; `request.meta` the stage's item)."""
-
-    def record(self, request: Any, result: Any) -> dict[str, Any]:
-        """The checkpoint record of one finished request (must carry `"key": request.key`)."""
-
-    def progress(self, record: dict[str, Any]) -> dict[str, Any] | None:
-        """Progress-bar postfix after `record` was written, or None."""
-
-    # Optional: `group(key) -> str`. Keys of one group go to the same rank (explore: the samples of one question,
-    # which share one encoded prompt). Without it every key is its own group.
-
-
-@dataclass
-class KeyedWorkSummary:
-    """What one rank did in one call of `run_keyed_work` (tables over the whole store read the store instead)."""
-
-    rank: int
-    world_size: int
-    total: int  # keys of the stage, all ranks
-    assigned: int  # keys striped to this rank
-    already_done: int
-    done_now: int = 0
-    seconds: float = 0.0  # generating (model loading excluded)
-    load_seconds: float = 0.0
-    engine: Any = None  # the engine, when work was pending (its `stats` and `revision`)
-
-
-def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine: Callable[[], Any],
-                   every_items: int = 256, every_seconds: float = 60.0) -> KeyedWorkSummary:
-    """The loop generate and judge share: stripe the stage's keys over the ranks, skip keys already in the store,
-    build the engine only when something is pending, write one record per result, then wait for every rank.
-    Called by every rank of a launch."""
-    from tqdm.auto import tqdm
-
-    keys = stage.keys()
-    group = getattr(stage, "group", None)
-    if group is None:
-        mine = shard_for_rank(keys, state.process_index, state.num_processes)
-    else:
-        groups = list(dict.fromkeys(group(k) for k in keys))  # first-seen order: the same on every rank
-        my_groups = set(shard_for_rank(groups, state.process_index, state.num_processes))
-        mine = [k for k in keys if group(k) in my_groups]
-    done = store.done_keys()
-    pending = [k for k in mine if k not in done]
-    summary = KeyedWorkSummary(state.process_index, state.num_processes, total=len(keys), assigned=len(mine),
-                               already_done=len(mine) - len(pending))
-    if pending:
-        start = time.perf_counter()
-        engine = summary.engine = make_engine()
-        summary.load_seconds = time.perf_counter() - start
-        ranks = f" (rank {state.process_index} of {state.num_processes})" if state.num_processes > 1 else ""
-        bar = tqdm(total=len(pending), desc=stage.name + ranks, unit=stage.unit, disable=not state.is_main_process,
-                   dynamic_ncols=True, mininterval=1.0)
-        start = time.perf_counter()
-        # SIGTERM/SIGINT end the loop with Interrupted; leaving the `with` flushes every finished record.
-        with interruptible(), store.writer(state.process_index, every_items, every_seconds) as writer, bar:
-            for request, result in engine.generate(stage.requests(pending)):
-                record = stage.record(request, result)
-                writer.add(record)
-                summary.done_now += 1
-                bar.update(1)
-                postfix = stage.progress(record)
-                if postfix:
-                    bar.set_postfix(postfix, refresh=False)
-        summary.seconds = time.perf_counter() - start
-    state.wait_for_everyone()
-    return summary

@@ -1,0 +1,72 @@
+"""The held-out slice: chosen by image, per family, stable, and never in a round's training rows."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from datasets import Image, List
+from emit_helpers import ScriptedImage, ScriptedPair, scripted_recipe, write_scripted_run
+
+from rsgen.emit import run_emit
+from rsgen.iterate.held_out import choose_held_out, read_held_out, write_held_out
+from rsgen.iterate.train import training_rows
+from rsgen.layout import OutputLayout
+from rsgen.schema import open_prepared
+
+
+def sha(image: ScriptedImage) -> str:
+    return hashlib.sha256(image.image_bytes()).hexdigest()
+
+
+def pool(n_clevr: int, n_mc: int, outcome: str = "match") -> list[ScriptedImage]:
+    images = []
+    for i in range(n_clevr):
+        pairs = [ScriptedPair(f"c-{i}-{j}", f"How many things {i}-{j}?\nAnswer.", str(j), outcome) for j in range(2)]
+        images.append(ScriptedImage("CLEVRMath", pairs, (i * 7 % 256, 40, 90)))
+    for i in range(n_mc):
+        images.append(ScriptedImage("DemoMC", [ScriptedPair(f"m-{i}", f"Which {i}?\nAnswer.", "B", outcome)],
+                                    (200, i * 11 % 256, 30)))
+    return images
+
+
+def test_each_family_holds_out_its_fraction_of_images_and_the_choice_is_stable(tmp_path):
+    write_scripted_run(tmp_path / "a", pool(20, 10), judge=False)
+    held = choose_held_out(open_prepared(tmp_path / "a"), 0.2)
+    by_family = {f: {sha(i) for i in pool(20, 10) if i.family == f} for f in ("CLEVRMath", "DemoMC")}
+    assert len(held & by_family["CLEVRMath"]) == 4 and len(held & by_family["DemoMC"]) == 2
+    # The same images in another order (another pool draw, more images) keep their side.
+    write_scripted_run(tmp_path / "b", pool(25, 10)[::-1], judge=False)
+    held_b = choose_held_out(open_prepared(tmp_path / "b"), 0.2)
+    assert held & by_family["DemoMC"] == held_b & by_family["DemoMC"]
+    path = tmp_path / "held.txt"
+    write_held_out(path, held)
+    assert read_held_out(path) == held
+
+
+def test_a_family_of_one_image_is_all_training_and_no_family_is_all_held_out(tmp_path):
+    write_scripted_run(tmp_path, pool(3, 1), judge=False)
+    held = choose_held_out(open_prepared(tmp_path), 0.9)
+    assert sha(pool(3, 1)[-1]) not in held and len(held) == 2
+
+
+@pytest.mark.slow
+def test_training_rows_hold_no_held_out_image_and_every_other_accepted_pair(tmp_path):
+    images = pool(10, 5)
+    write_scripted_run(tmp_path, images, judge=False)
+    run_emit(scripted_recipe(tmp_path, judge=False, views=["sft"]))
+    held = choose_held_out(open_prepared(tmp_path), 0.3)
+    rows = training_rows(OutputLayout(tmp_path).dataset, held)
+    raw = rows.cast_column("images", List(Image(decode=False)))
+    trained = {hashlib.sha256(row["images"][0]["bytes"]).hexdigest() for row in raw}
+    assert trained and not trained & held
+    expected = sum(len(img.pairs) for img in images if sha(img) not in held)
+    assert len(rows) == expected
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.0, 1.5])
+def test_eval_fraction_outside_0_1_is_a_recipe_error(fraction):
+    from rsgen.config import RecipeError, recipe_from_dict
+
+    with pytest.raises(RecipeError, match="iterate_eval_fraction"):
+        recipe_from_dict({"iterate_eval_fraction": fraction})

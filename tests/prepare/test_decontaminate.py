@@ -1,0 +1,233 @@
+"""Decontamination (issue #24): copies of evaluation images and evaluation questions leave the pool, counted.
+
+Measured on both sides: every transformed copy is found (resized to half, JPEG at quality 60, cropped by 5% at
+one edge, padded to another aspect ratio), and unrelated images of the same synthetic kind -- where global
+hashes collide -- are not taken for copies, nor is an edited scene (one object moved).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import yaml
+from PIL import Image
+
+from rsgen.cli import main
+from rsgen.demo.pool import draw_clevr, make_demo_image
+from rsgen.prepare.decontaminate import QuestionIndex, question_grams
+from rsgen.prepare.perceptual import PROPOSE_BITS, ImageIndex, hash_distances, image_signature, is_copy
+
+
+def _demo_image(seed: int, index: int) -> Image.Image:
+    return Image.open(io.BytesIO(make_demo_image(seed, index)[1])).convert("RGB")
+
+
+def _png(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def half(image):
+    return image.resize((image.width // 2, image.height // 2), Image.Resampling.BILINEAR)
+
+
+def jpeg60(image):
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=60)
+    return Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+
+
+def crop5(image):
+    return image.crop((0, 0, round(image.width * 0.95), image.height))
+
+
+def letterbox(image):
+    padded = Image.new("RGB", (image.width, round(image.height * 1.4)), (0, 0, 0))
+    padded.paste(image, (0, round(image.height * 0.2)))
+    return padded
+
+
+TRANSFORMS = {"half": half, "jpeg60": jpeg60, "crop5": crop5, "letterbox": letterbox}
+
+
+def _index(tmp_path, images) -> ImageIndex:
+    ImageIndex.write(tmp_path / "index", [image_signature(im) for im in images])
+    return ImageIndex.open(tmp_path / "index")
+
+
+def measure(tmp_path, n_eval: int, n_unrelated: int) -> dict:
+    evals = [_demo_image(7, i) for i in range(n_eval)]
+    index = _index(tmp_path, evals)
+    found = {name: sum(index.match(image_signature(f(im))) == i for i, im in enumerate(evals))
+             for name, f in TRANSFORMS.items()}
+    false = 0
+    for i in range(n_unrelated):
+        matched = index.match(image_signature(_demo_image(99, i)))
+        # Small charts repeat by chance (same bars, same values: the same pixels); a match is false when the
+        # scenes differ.
+        false += matched is not None and make_demo_image(7, matched)[2] != make_demo_image(99, i)[2]
+    return {"found": found, "false_matches": false}
+
+
+def test_every_transformed_copy_is_found_and_no_unrelated_image_matches(tmp_path):
+    measured = measure(tmp_path, 20, 60)
+    print("decontamination (20 evaluation images, 60 unrelated):", measured)
+    assert measured["found"] == {name: 20 for name in TRANSFORMS}
+    assert measured["false_matches"] == 0
+
+
+@pytest.mark.slow
+def test_robustness_measured_on_1000_unrelated_demo_images(tmp_path):
+    measured = measure(tmp_path, 100, 1000)
+    print("decontamination (100 evaluation images, 1000 unrelated):", measured)
+    assert measured["found"] == {name: 100 for name in TRANSFORMS}
+    assert measured["false_matches"] == 0
+
+
+def test_hashes_alone_cannot_decide_so_the_pixel_check_does():
+    """An edited scene (one object moved) hashes near its original -- a candidate -- and the pixel check refuses
+    it, while a letterboxed copy, whose whole-image hash is far off, is confirmed."""
+    _, _, scene, _ = make_demo_image(7, 3)
+    objects = [dict(o) for o in scene["objects"]]
+    original = draw_clevr(objects)
+    objects[0]["x"] = objects[0]["x"] + 40 if objects[0]["x"] < 200 else objects[0]["x"] - 40
+    edited = draw_clevr(objects)
+    a, b = image_signature(original), image_signature(edited)
+    import numpy as np
+
+    near = min(hash_distances(np.array([a.hash_whole], dtype=np.uint64), b.hash_whole)[0],
+               hash_distances(np.array([a.hash_content], dtype=np.uint64), b.hash_content)[0])
+    assert near <= PROPOSE_BITS, "the edited scene should be proposed: only the pixel check can tell"
+    assert not is_copy(a, b)
+    assert is_copy(image_signature(letterbox(original)), a)
+
+
+def test_question_ngrams_find_a_copy_and_ignore_a_shared_phrase():
+    index = QuestionIndex()
+    chart_q = "What is the difference between the highest and the lowest value of the blue bars in 2019?"
+    index.add(0, "eval.jsonl:1", chart_q)
+    index.add(0, "eval.jsonl:2", "How many people voted for the green party in the northern district last year?")
+    index.add(0, "eval.jsonl:3", "What shape is the large thing?")
+    assert index.build(set()) == {0: 2}
+    assert index.match("what is the DIFFERENCE between the highest, and the lowest value of the blue bars in "
+                       "2019") is not None
+    assert index.match("  What   is the difference between the highest and the lowest   value of the blue bars "
+                       "in 2019 ?!") is not None
+    # A common phrase (one 8-gram) inside an otherwise different question: under half of its grams.
+    assert index.match("What is the difference between the highest and the lowest temperature recorded across "
+                       "all the stations on the map shown here?") is None
+    assert index.match("Which party won the southern district?") is None
+    # Shorter than 8 words: no gram, never matched (short questions are asked of images in every VQA set).
+    assert question_grams("What shape is the large thing?") == set()
+    assert index.match("What shape is the large thing?") is None
+
+
+def test_templated_evaluation_questions_are_not_indexed():
+    """CLEVR-like sets ask the same text of many images: such a text identifies no evaluation item."""
+    index = QuestionIndex()
+    for i in range(10):
+        index.add(0, f"e:{i}", "How many red cubes are there left of the small green sphere?")
+    index.add(0, "e:10", "Are there more large metal cylinders than small rubber cubes behind the red sphere?")
+    assert index.templated_sets({0: 11}) == {0}
+    assert index.build({0}) == {}
+    assert index.match("How many red cubes are there left of the small green sphere?") is None
+    # The same texts in a set that is not templated: only the question asked once identifies an item.
+    index = QuestionIndex()
+    for i in range(10):
+        index.add(0, f"e:{i}", "How many red cubes are there left of the small green sphere?")
+    index.add(0, "e:10", "Are there more large metal cylinders than small rubber cubes behind the red sphere?")
+    assert index.build(set()) == {0: 1}
+    assert index.match("How many red cubes are there left of the small green sphere?") is None
+    assert index.match("are there more large metal cylinders than small rubber cubes behind the red sphere") is not None
+
+
+# ------------------------------------------------------------------------------ through the CLI, files on disk
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_prepare_through_the_cli_drops_copies_with_reasons_examples_and_card_lines(tmp_path, capsys):
+    evals = tmp_path / "eval"
+    evals.mkdir()
+    eval_rows = []
+    for i in range(6):
+        (evals / f"e{i}.png").write_bytes(_png(_demo_image(7, i)))
+        eval_rows.append({"image": f"e{i}.png", "question": f"In the chart of figure {i}, what is the total number "
+                          f"of objects left of the yellow sphere number {i}?", "answer": "3"})
+    _write_jsonl(evals / "test.jsonl", eval_rows)
+
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    pool_rows = []
+    # Copies of evaluation images 0-3, transformed; images 10-17: unrelated.
+    for i, (name, transform) in enumerate(TRANSFORMS.items()):
+        (pool / f"copy_{name}.png").write_bytes(_png(transform(_demo_image(7, i))))
+        pool_rows += [{"image": f"copy_{name}.png", "question": f"How many things in picture {name}?", "answer": "2"},
+                      {"image": f"copy_{name}.png", "question": f"Is there a cube in picture {name}?", "answer": "yes"}]
+    for i in range(10, 18):
+        (pool / f"u{i}.png").write_bytes(_png(_demo_image(99, i)))
+        pool_rows.append({"image": f"u{i}.png", "question": f"How many spheres are in scene {i}?", "answer": "1"})
+    # An evaluation question with case, punctuation and spacing changed, on an unrelated image.
+    pool_rows.append({"image": "u10.png", "question": "in the chart of figure 5 ,  WHAT is the total number of "
+                      "objects left of the yellow sphere number 5", "answer": "3"})
+    _write_jsonl(pool / "train.jsonl", pool_rows)
+
+    out = tmp_path / "out"
+    recipe = {"model_name_or_path": "rsgen-demo", "output_dir": str(out), "prepare_num_proc": 1,
+              "sources": [{"data_files": [str(pool / "train.jsonl")], "family": "Mine"}],
+              "decontaminate": [{"data_files": [str(evals / "test.jsonl")]}]}
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
+    assert main(["prepare", "--config", str(tmp_path / "r.yaml")]) in (0, None), capsys.readouterr().err
+
+    report = json.loads((out / "prepared" / "prepare_report.json").read_text())
+    assert report["dropped"] == {"contaminated_image": 8, "contaminated_question": 1}
+    assert report["kept_qa_pairs"] == 8 and report["input_qa_pairs"] == 17
+    image_examples = report["examples"]["contaminated_image"]
+    assert len(image_examples) == 3
+    assert {ex["eval_where"] for ex in image_examples} <= {f"test.jsonl:{i}" for i in range(1, 5)}
+    assert all(ex["eval_set"] == "decontaminate[0]" and ex["source"] == "sources[0]" for ex in image_examples)
+    (question_example,) = report["examples"]["contaminated_question"]
+    assert question_example["eval_where"] == "test.jsonl:6" and question_example["source_row_id"] == "train.jsonl:17"
+    (checked,) = report["decontamination"]["sets"]
+    assert checked["images_indexed"] == 6 and checked["questions_indexed"] == 6
+    assert checked["removed_qa_pairs"] == {"contaminated_image": 8, "contaminated_question": 1}
+    assert checked["removed_pool_images"] == 4
+    assert report["decontamination"]["questions"]["ngram"] == 8
+
+    from rsgen.emit.card import decontamination_text
+
+    lines = decontamination_text(report["decontamination"])
+    assert "removed 8 QA pairs on 4 copied images" in lines and "1 by question" in lines
+    assert "test.jsonl" in lines
+
+
+@pytest.mark.slow  # spawns image workers
+def test_demo_evaluation_set_with_worker_processes(tmp_path):
+    """Image workers check the pool (prepare_num_proc 2). Set 0: 300 demo images of another seed, whose questions
+    come from templates (not indexed, the report says so) and whose images are all unrelated: nothing goes. Set 1:
+    the pool's own first 12 images: exactly those go, by image or by question, and no other pool row."""
+    from rsgen.config import RecipeConfig, source_from_dict
+    from rsgen.prepare import run_prepare
+    from rsgen.schema import load_prepared
+
+    demo = {"dataset_name": "rsgen-demo", "demo_seed": 7, "family_column": "family", "options_column": "options"}
+    recipe = RecipeConfig(output_dir=str(tmp_path / "out"), prepare_num_proc=2,
+                          sources=[source_from_dict({**demo, "demo_num_images": 30})],
+                          decontaminate=[source_from_dict({**demo, "demo_num_images": 300, "demo_seed": 8}, 0,
+                                                          "decontaminate"),
+                                         source_from_dict({**demo, "demo_num_images": 12}, 1, "decontaminate")])
+    report = run_prepare(recipe)
+    other, own = report["decontamination"]["sets"]
+    assert other["images_indexed"] == 300 and other["questions_templated"] and other["questions_indexed"] == 0
+    assert other["removed_qa_pairs"] == {} and other["removed_pool_images"] == 0
+    assert own["images_indexed"] == 12 and not own["questions_templated"]
+    assert set(report["dropped"]) == {"contaminated_image", "contaminated_question"}
+    kept_ids = {qa["source_row_id"] for row in load_prepared(recipe.output_dir)["qa"] for qa in row}
+    assert report["kept_qa_pairs"] + report["dropped_qa_pairs"] + report["merged_qa_pairs"] == report["input_qa_pairs"]
+    assert len(load_prepared(recipe.output_dir)) == 18
+    assert report["kept_qa_pairs"] == len(kept_ids) and kept_ids

@@ -1,0 +1,83 @@
+"""README.md and docs/: every relative link resolves (file and heading), every page is reachable from the README,
+the recipe key tables of docs/recipes.md are the ones rsgen/config.py generates, and the README's recipe loads."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rsgen.config import RecipeConfig, SourceConfig, keys_markdown, recipe_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def outside_code(text: str) -> str:
+    """The text with fenced code blocks and inline code removed (a link there is an example, not a link)."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lowercase, punctuation dropped (but `-` and `_`), spaces to `-`."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    headings = re.findall(r"^#{1,6} (.+)$", re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S), re.M)
+    return {slug(h) for h in headings}
+
+
+def broken_links(page: Path) -> list[str]:
+    broken = []
+    for target in LINK.findall(outside_code(page.read_text())):
+        if re.match(r"^[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        file_part, _, anchor = target.partition("#")
+        linked = (page.parent / file_part).resolve() if file_part else page
+        if not linked.exists():
+            broken.append(f"{target}: no file {linked}")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            broken.append(f"{target}: no heading '#{anchor}' in {linked.name}")
+    return broken
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(page):
+    assert broken_links(page) == []
+
+
+def test_a_broken_link_or_anchor_is_reported(tmp_path):
+    (tmp_path / "there.md").write_text("# A heading, with `code`\n")
+    page = tmp_path / "page.md"
+    page.write_text("[ok](there.md#a-heading-with-code) [gone](missing.md) [bad anchor](there.md#nope) "
+                    "[web](https://example.com) `[code](not-a-link.md)`\n")
+    assert [b.split(":")[0] for b in broken_links(page)] == ["missing.md", "there.md#nope"]
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    for page in PAGES[1:]:
+        assert f"(docs/{page.name})" in readme, f"docs/{page.name} is not linked from README.md"
+
+
+def test_recipe_key_tables_are_generated_from_the_metadata():
+    page = (ROOT / "docs" / "recipes.md").read_text()
+    assert keys_markdown() in page, "docs/recipes.md key tables are stale: run `python scripts/update_readme_keys.py`"
+    for f in dataclasses.fields(RecipeConfig) + dataclasses.fields(SourceConfig):
+        assert f"| `{f.name}` |" in page
+
+
+def test_the_readme_recipe_loads():
+    """The minimal recipe a newcomer copies is a valid recipe (keys, types, one source)."""
+    blocks = re.findall(r"^```yaml\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.M | re.S)
+    assert blocks
+    for block in blocks:
+        recipe = recipe_from_dict(yaml.safe_load(block), where="README.md")
+        assert recipe.sources and recipe.sources[0].family
