@@ -189,10 +189,10 @@ def test_tokens_are_summed_per_stage_in_stats_and_on_the_card(emitted_run):
 
 
 def test_the_card_says_so_when_no_response_carries_reasoning(emitted_run):
-    from rsgen.emit.card import production
+    from rsgen.emit.card import tokens_table
 
     root, _recipe, _images = emitted_run
     stats = json.loads(OutputLayout(root).stats_json.read_text())
     for fam in stats["families"].values():
         fam["tokens"]["with_reasoning"] = 0  # as from a hosted model that hides its reasoning
-    assert "No response carries reasoning" in production(stats)
+    assert "No response carries reasoning" in tokens_table(stats)
