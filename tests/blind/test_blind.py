@@ -60,6 +60,20 @@ def test_flag_asks_every_accepted_pair_and_counts_what_the_records_say(flagged_r
         if mc:
             assert fam["blind"]["mc_chance_rate"] == pytest.approx(sum(1 / r.options for r in mc) / len(mc), abs=1e-6)
     assert {sha_of[i] for i in records} == accepted
+    # The flag is in the data: clean_meta.qa_blind_solvable, per pair of `qa`, in both accepted splits.
+    solvable_of = {sha_of[i]: r.solvable for i, r in records.items()}
+    flags = 0
+    for family in stats["families"]:
+        for kind in ("think", "nothink"):
+            try:
+                rows = datasets.load_dataset(str(out / "dataset"), f"{family}_RS_{kind}", split="train")
+            except ValueError:
+                continue
+            for row in rows:
+                got = row["clean_meta"]["qa_blind_solvable"]
+                assert got == [solvable_of[(row["image_sha256"], qa["question"])] for qa in row["qa"]]
+                flags += sum(got)
+    assert flags == 2 * sum(r.solvable for r in records.values())
     for rec in records.values():
         assert "<image>" not in rec.question and rec.question == sha_of[rec.id][1]
 
