@@ -218,3 +218,34 @@ def test_records_of_pairs_no_longer_accepted_or_of_other_verifier_settings_are_s
     assert f"{len(before)} records set aside" in caplog.text
     after = store.records()
     assert after.keys() == before.keys() and all(r["response"] == "unrelated" for r in after.values())
+
+
+@pytest.mark.slow  # accelerate launch, two CPU processes
+def test_two_processes_share_the_blind_stage_and_give_the_same_records(flagged_run, tmp_path):
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "two"
+    shutil.copytree(flagged_run, out)
+    shutil.rmtree(out / "work" / "blind")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text((flagged_run / "dataset" / "recipe.yaml").read_text().replace(str(flagged_run), str(out)))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+         str(repo / "accelerate_configs" / "cpu_2proc.yaml"), "--num_processes", "2", "--main_process_port", str(port),
+         "-m", "rsgen", "blind", "--config", str(recipe), "--blind_check", "flag"],
+        cwd=repo, env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    store = CheckpointStore(OutputLayout(out).blind_work)
+    assert {p.name.split("-")[1] for p in store.parts()} == {"rank00000", "rank00001"}, "both ranks did work"
+    want = CheckpointStore(OutputLayout(flagged_run).blind_work).records()
+    assert {k: (r["response"], r["solvable"]) for k, r in store.records().items()} == \
+        {k: (r["response"], r["solvable"]) for k, r in want.items()}
