@@ -176,7 +176,7 @@ def test_sft_trains_on_the_view_left_after_drop(flagged_run, tmp_path):
     assert math.isfinite(trainer.state.log_history[-1]["train_loss"])
 
 
-def test_records_of_pairs_no_longer_accepted_or_of_other_verifier_settings_are_set_aside(tmp_path, caplog):
+def test_records_of_pairs_no_longer_accepted_or_of_other_verifier_settings_are_set_aside(flagged_run, tmp_path, caplog):
     """A scripted engine (named as such: this test is about which records count, not about the model) answers
     whatever it is asked; a change of the verifier settings sets the old records aside and asks again."""
     import logging
@@ -185,8 +185,7 @@ def test_records_of_pairs_no_longer_accepted_or_of_other_verifier_settings_are_s
     from rsgen.blind.stage import run_blind
     from rsgen.config import load_recipe
 
-    source = tmp_path / "source"
-    main(["demo", "--output-dir", str(source), "--num-images", "3"])
+    source = flagged_run  # copied: this test changes its verifier settings
     out = tmp_path / "out"
     shutil.copytree(source, out)
     text = (source / "dataset" / "recipe.yaml").read_text().replace(str(source), str(out))
