@@ -210,6 +210,7 @@ class BlindRecord(_Record):
     options: int  # number of multiple-choice options (0: free form); chance rate 1 / options
     generated_tokens: int
     model: str
+    settings: str  # digest of the verifier settings `solvable` was decided with (rsgen.decisions.verify_settings)
 
 
 GENERATE_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(GenerateRecord))

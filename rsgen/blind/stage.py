@@ -7,6 +7,8 @@ with the family's verifier against the official answers; a pair whose blind answ
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -14,7 +16,7 @@ from typing import Any
 
 from rsgen.blind import STAGE
 from rsgen.config import RecipeConfig, RecipeError
-from rsgen.decisions import decided_records
+from rsgen.decisions import decided_records, verify_settings
 from rsgen.engine import ChatRequest, build_engine, check_engine
 from rsgen.layout import OutputLayout
 from rsgen.records import CALIBRATION, KNOWN_WRONG, BlindRecord, JudgeRecord, read_records
@@ -24,6 +26,10 @@ from rsgen.store import CheckpointStore, distributed_state, run_keyed_work
 from rsgen.verify import verify_response
 
 logger = logging.getLogger(__name__)
+
+
+def settings_digest(recipe: RecipeConfig) -> str:
+    return hashlib.sha256(json.dumps(verify_settings(recipe), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def text_turn(question: str) -> list[dict]:
@@ -73,6 +79,7 @@ class BlindStage:
     def __init__(self, recipe: RecipeConfig, items: list[PreparedQuestion]):
         self.recipe = recipe
         self.by_key = {q.id: q for q in items}
+        self.settings = settings_digest(recipe)
         self.solvable = self.done = 0
 
     def keys(self) -> list[str]:
@@ -95,7 +102,7 @@ class BlindStage:
         return BlindRecord(key=q.id, id=q.id, family=q.family, question=q.question, response=result.text,
                            extracted=decision.extracted, solvable=bool(decision.match), verifier=verifier,
                            options=len(q.options), generated_tokens=result.generated_tokens,
-                           model=recipe.model_name_or_path).to_json()
+                           model=recipe.model_name_or_path, settings=self.settings).to_json()
 
     def progress(self, record: dict[str, Any]) -> dict:
         return {"blind-solvable": f"{self.solvable / max(self.done, 1):.1%}"}
@@ -119,6 +126,15 @@ def run_blind(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
     layout = OutputLayout(recipe.output_dir)
     stage = BlindStage(recipe, accepted_questions(recipe))
     store = CheckpointStore(layout.blind_work)
+    if state.is_main_process:
+        # A record counts only for a pair accepted now, decided under the verifier settings of now (the verify stage
+        # and the judge may have changed which pairs are accepted): others are set aside and asked again.
+        dropped = store.retain(lambda data: data.get("id") in stage.by_key and data.get("settings") == stage.settings
+                               and data.get("question") == stage.by_key[data["id"]].question)
+        if dropped:
+            logger.info(f"blind: {dropped} records set aside (their pair is no longer accepted, or the verifier "
+                        "settings changed); those pairs are asked again")
+    state.wait_for_everyone()
     # The same engine as generate: the same model, sampling settings and chat template arguments.
     run_keyed_work(stage, store, state, lambda: engine or build_engine(recipe, "generate", device=state.device),
                    recipe.checkpoint_every_items, recipe.checkpoint_every_seconds)

@@ -60,6 +60,20 @@ def test_flag_asks_every_accepted_pair_and_counts_what_the_records_say(flagged_r
         if mc:
             assert fam["blind"]["mc_chance_rate"] == pytest.approx(sum(1 / r.options for r in mc) / len(mc), abs=1e-6)
     assert {sha_of[i] for i in records} == accepted
+    # The flag is in the data: clean_meta.qa_blind_solvable, per pair of `qa`, in both accepted splits.
+    solvable_of = {sha_of[i]: r.solvable for i, r in records.items()}
+    flags = 0
+    for family in stats["families"]:
+        for kind in ("think", "nothink"):
+            try:
+                rows = datasets.load_dataset(str(out / "dataset"), f"{family}_RS_{kind}", split="train")
+            except ValueError:
+                continue
+            for row in rows:
+                got = row["clean_meta"]["qa_blind_solvable"]
+                assert got == [solvable_of[(row["image_sha256"], qa["question"])] for qa in row["qa"]]
+                flags += sum(got)
+    assert flags == 2 * sum(r.solvable for r in records.values())
     for rec in records.values():
         assert "<image>" not in rec.question and rec.question == sha_of[rec.id][1]
 
@@ -136,3 +150,102 @@ def test_blind_stage_resumes_after_sigkill_with_an_identical_dataset(tmp_path):
         assert (killed / path.relative_to(reference)).read_bytes() == path.read_bytes(), path
     assert json.loads((killed / "stats.json").read_text())["families"] == \
         json.loads((reference / "stats.json").read_text())["families"]
+
+
+@pytest.mark.slow  # trains with TRL
+def test_sft_trains_on_the_view_left_after_drop(flagged_run, tmp_path):
+    from trl import SFTConfig, SFTTrainer
+
+    from rsgen.engine.models import demo_model_path, load_model_and_processor
+
+    out = flagged_run
+    main(["emit", "--config", str(out / "dataset" / "recipe.yaml"), "--blind_check", "drop"])
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["totals"]["blind_dropped_qa"] > 0
+    family = max(stats["families"], key=lambda f: stats["families"][f]["splits"].get("sft", {}).get("rows", 0))
+    rows = datasets.load_dataset(str(out / "dataset"), f"{family}_sft", split="train")
+    assert len(rows) == stats["families"][family]["accepted_qa"]
+    model, processor = load_model_and_processor(str(demo_model_path()), device="cpu")
+    trainer = SFTTrainer(model=model.train(), processing_class=processor, train_dataset=rows,
+                         args=SFTConfig(output_dir=str(tmp_path / "sft"), max_length=None, use_cpu=True, bf16=False,
+                                        max_steps=2, per_device_train_batch_size=2, report_to=[]))
+    trainer.train()
+    assert trainer.state.global_step == 2
+    import math
+
+    assert math.isfinite(trainer.state.log_history[-1]["train_loss"])
+
+
+def test_records_of_pairs_no_longer_accepted_or_of_other_verifier_settings_are_set_aside(tmp_path, caplog):
+    """A scripted engine (named as such: this test is about which records count, not about the model) answers
+    whatever it is asked; a change of the verifier settings sets the old records aside and asks again."""
+    import logging
+    import shutil
+
+    from rsgen.blind.stage import run_blind
+    from rsgen.config import load_recipe
+
+    source = tmp_path / "source"
+    main(["demo", "--output-dir", str(source), "--num-images", "3"])
+    out = tmp_path / "out"
+    shutil.copytree(source, out)
+    text = (source / "dataset" / "recipe.yaml").read_text().replace(str(source), str(out))
+    (tmp_path / "r.yaml").write_text(text)
+    recipe = load_recipe(str(tmp_path / "r.yaml"))
+    store = CheckpointStore(OutputLayout(out).blind_work)
+    before = store.records()
+    assert before
+
+    class ScriptedEngine:
+        revision = None
+        stats: dict = {}
+
+        def generate(self, requests):
+            from rsgen.engine import GenerationResult
+
+            for request in requests:
+                assert request.images == [] and all(p["type"] == "text" for p in request.messages[0]["content"])
+                yield request, GenerationResult(text="unrelated", prompt_tokens=1, generated_tokens=1, hit_limit=False)
+
+    caplog.set_level(logging.INFO)
+    run_blind(recipe, engine=ScriptedEngine())  # same settings: nothing is asked again
+    assert store.records() == before
+    import dataclasses
+
+    main(["verify", "--config", str(tmp_path / "r.yaml"), "--numeric_tolerance", "0.5"])  # decide again, no model
+    changed = dataclasses.replace(recipe, numeric_tolerance=0.5)
+    run_blind(changed, engine=ScriptedEngine())
+    assert f"{len(before)} records set aside" in caplog.text
+    after = store.records()
+    assert after.keys() == before.keys() and all(r["response"] == "unrelated" for r in after.values())
+
+
+@pytest.mark.slow  # accelerate launch, two CPU processes
+def test_two_processes_share_the_blind_stage_and_give_the_same_records(flagged_run, tmp_path):
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "two"
+    shutil.copytree(flagged_run, out)
+    shutil.rmtree(out / "work" / "blind")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text((flagged_run / "dataset" / "recipe.yaml").read_text().replace(str(flagged_run), str(out)))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+         str(repo / "accelerate_configs" / "cpu_2proc.yaml"), "--num_processes", "2", "--main_process_port", str(port),
+         "-m", "rsgen", "blind", "--config", str(recipe), "--blind_check", "flag"],
+        cwd=repo, env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    store = CheckpointStore(OutputLayout(out).blind_work)
+    assert {p.name.split("-")[1] for p in store.parts()} == {"rank00000", "rank00001"}, "both ranks did work"
+    want = CheckpointStore(OutputLayout(flagged_run).blind_work).records()
+    assert {k: (r["response"], r["solvable"]) for k, r in store.records().items()} == \
+        {k: (r["response"], r["solvable"]) for k, r in want.items()}
