@@ -169,9 +169,10 @@ EMITTED_CLEAN_META = {**CLEAN_META, "model": Value("string"), "verifier": Value(
 ITERATE_CLEAN_META = {**EMITTED_CLEAN_META, "qa_rounds": List(Value("int32"))}
 
 
-def split_features(kind: str, rounds: bool = False) -> Features:
+def split_features(kind: str, rounds: bool = False, blind: bool = False) -> Features:
     """Features of `{Family}_RS_think`, `{Family}_RS_nothink` and `{Family}_rejected` (kind = think|nothink|rejected);
-    `rounds`: with `clean_meta.qa_rounds` (the final dataset of `rsgen iterate`)."""
+    `rounds`: with `clean_meta.qa_rounds` (the final dataset of `rsgen iterate`); `blind`: the accepted splits with
+    `clean_meta.qa_blind_solvable` (per pair of `qa`, in order: its blind answer verified; `blind_check` on)."""
     qa = {"question": Value("string"), "answer": Value("string")}
     if kind == "think":
         qa["response"] = Value("string")
@@ -185,7 +186,8 @@ def split_features(kind: str, rounds: bool = False) -> Features:
             "image": Image(),
             "image_sha256": Value("string"),
             "qa": List(qa),
-            "clean_meta": ITERATE_CLEAN_META if rounds else EMITTED_CLEAN_META,
+            "clean_meta": {**(ITERATE_CLEAN_META if rounds else EMITTED_CLEAN_META),
+                           **({"qa_blind_solvable": List(Value("bool"))} if blind and kind != "rejected" else {})},
         }
     )
 

@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import random
-import re
 import shutil
 import sys
 import time
@@ -51,7 +50,6 @@ import torch  # noqa: E402
 
 from rsgen.demo.pool import LETTERS, make_demo_image, mc_option_texts, solve_from_scene  # noqa: E402
 from rsgen.engine import demo_model_path  # noqa: E402
-from rsgen.judge.calibration import counted_noun, number_word  # noqa: E402
 
 TRAIN_SEED = 1  # pool seed of the training images; `rsgen demo` draws 20261202, the evaluation EVAL_SEED
 EVAL_SEED = 777
@@ -74,8 +72,7 @@ def prepared_question(question: str, options: list[str]) -> tuple[str, list[str]
 
 
 def vqa_examples(seed: int, num_images: int, first_image: int = 0):
-    """(image PNG, user text, reasoning, final answer as the model writes it, family, plain answer) for every QA
-    pair of `num_images` pool images."""
+    """(image PNG, user text, reasoning, final answer, family) for every QA pair of `num_images` pool images."""
     for index in range(first_image, first_image + num_images):
         family, png, scene, qas = make_demo_image(seed, index)
         for question, _answer, options in qas:
@@ -86,27 +83,7 @@ def vqa_examples(seed: int, num_images: int, first_image: int = 0):
                 letter = LETTERS[option_texts.index(answer)]
                 reasoning = f"{reasoning} That is {letter}."
                 answer = letter
-            yield png, text, reasoning, phrased_answer(family, question, answer), family, answer
-
-
-_COUNT_THERE = re.compile(r"^How many (.+) are there\?$")
-_SUB_N_LEFT = re.compile(r"^Subtract \d+ .+\. How many (.+) are left\?$")
-_WHICH_FRUIT = re.compile(r"^Which fruit has the (highest|lowest) value\?$")
-
-
-def phrased_answer(family: str, question: str, answer: str) -> str:
-    """The final answer the model learns to write: right, and for some question templates in words a string
-    verifier rejects, as real VLMs often answer -- a number word for "How many X are there?" in CLEVRMath
-    (`seven`), a sentence for "Subtract N X. How many Y are left?" (`There are 3 red cubes left.`), an article
-    for the chart's "Which fruit ...?" (`an apple`). The form follows from the question alone, so greedy decoding
-    is consistent; these are the verifier's false negatives the demo's judge has to recover."""
-    if family == "CLEVRMath" and _COUNT_THERE.match(question) and number_word(int(answer)):
-        return number_word(int(answer))
-    if family == "CLEVRMath" and (m := _SUB_N_LEFT.match(question)):
-        return f"There are {answer} {m.group(1)} left."
-    if family == "DemoChart" and _WHICH_FRUIT.match(question):
-        return f"{'an' if answer[0] in 'aeiou' else 'a'} {answer}"
-    return answer
+            yield png, text, reasoning, answer, family
 
 
 def _answer_vocabulary(reference: str) -> list[str]:
@@ -131,25 +108,6 @@ def wrong_candidate(rng: random.Random, reference: str) -> str:
     return rng.choice([v for v in _answer_vocabulary(reference) if v != reference])
 
 
-UNRELATED = ("purple elephant", "Paris", "a red umbrella", "banana bread")
-
-
-def rephrased(rng: random.Random, value: str, question: str) -> str:
-    """`value` written as a VLM might, in the forms the judge's calibration builds (rsgen.judge.calibration): a
-    number word, a count with its noun, a sentence; an article, a plural. Letters stay letters."""
-    if value.isdigit():
-        noun = counted_noun(question) or "objects"
-        word = number_word(int(value))
-        forms = [f"There are {value} {noun}.", f"The answer is {value}."]
-        if word:
-            forms += [word, word, f"{word} {noun}"]
-        return rng.choice(forms)
-    if (len(value) == 1 and value in LETTERS) or value in ("yes", "no"):
-        return value
-    article = "an" if value[0] in "aeiou" else "a"
-    return rng.choice([f"{article} {value}", f"the {value}", f"{value}s", f"The answer is {value}."])
-
-
 def judge_example(rng: random.Random, question: str, answer: str) -> tuple[str, str, str]:
     """(judge user text, reasoning, verdict) for one pool question.
 
@@ -166,21 +124,15 @@ def judge_example(rng: random.Random, question: str, answer: str) -> tuple[str, 
         prompt = render_judge_prompt(question, bad_reference, reference)
         return prompt, f"Reference: {bad_reference or 'empty'}. UNSURE.", "UNSURE"
     if roll < 0.53:
-        value, verdict, agreed = reference, "CORRECT", reference
-    elif roll < 0.56:
-        value, verdict, agreed = rng.choice(UNRELATED), "WRONG", "none"
+        candidate, verdict, agreed = reference, "CORRECT", reference
     else:
-        value, verdict, agreed = wrong_candidate(rng, reference), "WRONG", "none"
-    # Two in five candidates are rephrased; the reasoning then states what the candidate means ("Means: 7.")
-    # before comparing, so "seven" agrees with 7 and "There are 6 cubes." does not.
-    candidate = rephrased(rng, value, question) if rng.random() < 0.4 else value
-    means = f" Means: {value}." if candidate != value else ""
+        candidate, verdict, agreed = wrong_candidate(rng, reference), "WRONG", "none"
     prompt = render_judge_prompt(question, reference, candidate)
     # "Agreed: X" writes the value both sides share, or "none". Tried first: the verdict straight after the two
     # values, which needs a learned equality test; at this size it stayed at chance for 1,000+ steps. Writing
     # the shared value only needs the two copying steps the model already has (a value copied from both sides
     # outscores "none", one copied from one side does not), and the verdict then follows from "none" or not.
-    return prompt, f"Reference: {reference}. Candidate: {candidate.rstrip('.')}.{means} Agreed: {agreed}. {verdict}.", verdict
+    return prompt, f"Reference: {reference}. Candidate: {candidate}. Agreed: {agreed}. {verdict}.", verdict
 
 
 def completion_text(reasoning: str | None, answer: str) -> str:
@@ -308,13 +260,13 @@ def training_examples(
     batch is padded to similar lengths; the batches are shuffled, then trained in this order."""
     rng = random.Random(f"rsgen-demo-train:{seed}")
     vqa_rows, judge_rows, corpus = [], [], []
-    for png, text, reasoning, answer, _family, plain in vqa_examples(seed, num_images):
+    for png, text, reasoning, answer, _family in vqa_examples(seed, num_images):
         thinking = rng.random() >= nothink_share
         content = completion_text(reasoning, answer) if thinking else completion_text("", answer)
         vqa_rows.append(vqa_row(png, text, content, thinking))
         corpus += [text, content]
         if rng.random() < judge_share:
-            prompt, judge_reasoning, verdict = judge_example(rng, text, plain)
+            prompt, judge_reasoning, verdict = judge_example(rng, text, answer)
             judge_content = completion_text(judge_reasoning, verdict)
             judge_rows.append(judge_row(prompt, judge_content))
             corpus += [prompt, judge_content]
@@ -336,12 +288,12 @@ def judge_phase_examples(
     the answers: judge batches alone took the demo accept rate from 34% to 5% in 200 steps (measured)."""
     rng = random.Random(f"rsgen-demo-judge-phase:{seed}")
     vqa_rows, judge_rows = [], []
-    for png, text, reasoning, answer, _family, plain in vqa_examples(seed, num_images, first_image):
+    for png, text, reasoning, answer, _family in vqa_examples(seed, num_images, first_image):
         # Thinking off as in phase 1: without it, answers with thinking off drifted to start with a new line.
         thinking = rng.random() >= nothink_share
         content = completion_text(reasoning, answer) if thinking else completion_text("", answer)
         vqa_rows.append(vqa_row(png, text, content, thinking))
-        prompt, judge_reasoning, verdict = judge_example(rng, text, plain)
+        prompt, judge_reasoning, verdict = judge_example(rng, text, answer)
         judge_rows.append(judge_row(prompt, completion_text(judge_reasoning, verdict)))
     rng.shuffle(vqa_rows)
     rng.shuffle(judge_rows)
@@ -424,43 +376,20 @@ def sft_config(work: Path, batch_size: int, **schedule):
 
 
 def train(args) -> Path:
-    """Phase 1 learns everything from scratch; phase 2 makes the judge compare (see `judge_example`). With
-    `--init-from`, only phase 2, from a trained model, on images after the ones its training saw."""
-    started = time.perf_counter()
-    work = Path(args.output).with_name(Path(args.output).name + ".trainer")
-    rows: list = []
-    phase1_seconds = 0.0
-    if args.init_from:
-        # Teaching a shipped model new answer forms is a fraction of training from scratch (phase 1 alone took
-        # 12 min idle, ~40 min projected on the loaded shared machine).
-        from rsgen.engine.models import load_model_and_processor
-
-        model, processor = load_model_and_processor(args.init_from, torch_dtype="float32")
-        model.train()
-        first_image = args.num_images + args.judge_phase_images  # after phase 1's and the first phase 2's images
-        print(f"phase 1 skipped: starting from {args.init_from}", flush=True)
-    else:
-        rows, corpus = training_examples(args.num_images, args.judge_share, args.nothink_share, args.batch_size)
-        model, processor = build_model(build_tokenizer(corpus), SIZES[args.size])
-        print(f"phase 1: {len(rows)} training rows from {args.num_images} images; "
-              f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters", flush=True)
-        _phase1(model, processor, rows, work, args)
-        phase1_seconds = time.perf_counter() - started
-        first_image = args.num_images
-    num_rows = len(rows) + _phase2(model, processor, first_image, work, args)
-    train_seconds = time.perf_counter() - started
-    n_params = sum(p.numel() for p in model.parameters())
-    save_model(model, processor, Path(args.output), train_seconds, args, num_rows, n_params)
-    shutil.rmtree(work, ignore_errors=True)
-    print(f"trained in {train_seconds / 60:.1f} min (phase 1 {phase1_seconds / 60:.1f}); saved to {args.output}",
-          flush=True)
-    return Path(args.output)
-
-
-def _phase1(model, processor, rows, work: Path, args) -> None:
+    """Phase 1 learns everything from scratch; phase 2 makes the judge compare (see `judge_example`)."""
     from datasets import Dataset
     from trl import SFTTrainer
 
+    started = time.perf_counter()
+    rows, corpus = training_examples(args.num_images, args.judge_share, args.nothink_share, args.batch_size)
+    tokenizer = build_tokenizer(corpus)
+    model, processor = build_model(tokenizer, SIZES[args.size])
+    n_params = sum(p.numel() for p in model.parameters())
+    print(
+        f"phase 1: {len(rows)} training rows from {args.num_images} images; {n_params / 1e6:.2f} M parameters",
+        flush=True,
+    )
+    work = Path(args.output).with_name(Path(args.output).name + ".trainer")
     phase1 = sft_config(work, args.batch_size, num_train_epochs=args.epochs, learning_rate=args.lr,
                         lr_scheduler_type="cosine", warmup_steps=args.warmup_steps,
                         max_steps=args.max_steps)  # fmt: skip
@@ -471,22 +400,28 @@ def _phase1(model, processor, rows, work: Path, args) -> None:
         processing_class=processor,
         data_collator=judge_prompt_loss_collator(processor),
     ).train()
-
-
-def _phase2(model, processor, first_image: int, work: Path, args) -> int:
-    from datasets import Dataset
-    from trl import SFTTrainer
+    phase1_seconds = time.perf_counter() - started
 
     # Phase 2: after phase 1 the judge copies both values but writes "Agreed: none" to equal ones as well; a short
     # phase with the loss on the judge's completion only (and image questions in between) teaches the comparison.
-    judge_rows = judge_phase_examples(first_image, args.judge_phase_images, args.nothink_share, args.batch_size)
+    judge_rows = judge_phase_examples(
+        args.num_images, args.judge_phase_images, args.nothink_share, args.batch_size
+    )
     print(f"phase 2: {len(judge_rows)} rows from {args.judge_phase_images} further images", flush=True)
     phase2 = sft_config(work, args.batch_size, num_train_epochs=1, learning_rate=args.judge_phase_lr,
                         lr_scheduler_type="constant_with_warmup", warmup_steps=20)  # fmt: skip
     SFTTrainer(
         model=model, args=phase2, train_dataset=Dataset.from_list(judge_rows), processing_class=processor
     ).train()
-    return len(judge_rows)
+    train_seconds = time.perf_counter() - started
+    num_rows = len(rows) + len(judge_rows)
+    save_model(model, processor, Path(args.output), train_seconds, args, num_rows, n_params)
+    shutil.rmtree(work, ignore_errors=True)
+    print(
+        f"trained in {train_seconds / 60:.1f} min (phase 1 {phase1_seconds / 60:.1f}); saved to {args.output}",
+        flush=True,
+    )
+    return Path(args.output)
 
 
 def save_model(
@@ -632,7 +567,7 @@ def evaluate(model_dir: Path, seed: int, num_images: int, max_new_tokens: int = 
         judge_requests.append(
             ChatRequest(key, [{"role": "user", "content": [{"type": "text", "text": prompt}]}], [])
         )
-    engine.max_new_tokens = 64
+    engine.max_new_tokens = 32
     started = time.perf_counter()
     verdicts = Counter()
     for request, result in engine.generate(judge_requests):
@@ -677,8 +612,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--judge-phase-lr", type=float, default=1e-3, help="learning rate of phase 2")
     parser.add_argument("--nothink-share", type=float, default=0.1)
-    parser.add_argument("--init-from", default=None,
-                        help="a trained demo model: skip phase 1 and run phase 2 from it (new answer forms)")
     # Default: two threads on an idle machine, one when other jobs are running (two oversubscribed threads were
     # 4x slower per step than one on the shared development machine).
     parser.add_argument("--threads", type=int, default=None)

@@ -144,7 +144,8 @@ def dataset_infos(stats: dict[str, Any]) -> list[dict[str, Any]]:
             splits = SplitDict()
             splits.add(SplitInfo(name="train", num_bytes=split["num_bytes"], num_examples=split["rows"]))
             infos[split["config"]] = DatasetInfo(
-                features=config_features(kind, rounds="iterate" in stats), splits=splits, download_size=split["download_size"],
+                features=config_features(kind, rounds="iterate" in stats,
+                                         blind=stats.get("blind_check", "off") != "off"), splits=splits, download_size=split["download_size"],
                 dataset_size=split["num_bytes"], config_name=split["config"])
     holder = DatasetCardData()
     infos.to_dataset_card_data(holder)

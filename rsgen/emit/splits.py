@@ -72,6 +72,7 @@ class PairOutcome:
     explore: ExploreOutcome | None = None  # with an explore pass: pass rate and on-policy pair (`with_explore`)
     round: int | None = None  # `rsgen iterate`'s final dataset: the round whose model answered
     blind_dropped: bool = False  # accepted, then left out by `blind_check: drop` (neither accepted nor rejected)
+    blind_solvable: bool | None = None  # None: no blind check; else whether an accepted pair's blind answer verified
 
 
 @dataclass
@@ -194,16 +195,18 @@ def route_pair(qa: dict[str, Any], work: WorkRecords) -> PairOutcome:
 
 def with_blind(outcome: PairOutcome, work: WorkRecords) -> PairOutcome:
     """Under `blind_check: drop`, an accepted pair whose blind answer verified leaves the splits and views."""
-    if not (work.blind_drop and outcome.accepted and work.blind is not None):
+    if work.blind is None:
         return outcome
+    if not outcome.accepted:
+        return dataclasses.replace(outcome, blind_solvable=False)  # only accepted pairs are asked blind
     rec = work.blind.get(outcome.qa_id)
     if rec is None:
         raise EmitError(f"accepted QA pair {outcome.qa_id!r} has no blind record: run `rsgen blind` (or `rsgen run`) "
                         "first, or set blind_check: off")
-    if not rec.solvable:
-        return outcome
+    if not (work.blind_drop and rec.solvable):
+        return dataclasses.replace(outcome, blind_solvable=rec.solvable)
     return dataclasses.replace(outcome, accepted=False, via="blind_dropped", reason=BLIND_SOLVABLE,
-                               blind_dropped=True)
+                               blind_dropped=True, blind_solvable=True)
 
 
 def route_sample(rec: GenerateRecord, qa: dict[str, Any], work: WorkRecords) -> tuple[bool, str | None]:

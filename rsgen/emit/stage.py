@@ -88,7 +88,7 @@ def rows_for_image(image: dict[str, Any], sha: str, qas: list[dict[str, Any]], o
         qa = split_qa(split, qas, outcomes)
         if qa:  # an image with no QA pair in a split is not written to it
             out[kind].append({"image": image, "image_sha256": sha, "qa": qa,
-                              "clean_meta": _with_rounds(meta, split, outcomes)})
+                              "clean_meta": _with_blind(_with_rounds(meta, split, outcomes), split, outcomes)})
     skipped: dict[str, dict[str, int]] = {}
     for kind in kinds:
         view = VIEWS.get(kind)
@@ -98,6 +98,14 @@ def rows_for_image(image: dict[str, Any], sha: str, qas: list[dict[str, Any]], o
         if source:
             out[kind], skipped[kind] = view.rows(image, source, recipe)
     return out, skipped
+
+
+def _with_blind(meta: dict[str, Any], split: str, outcomes: list[PairOutcome]) -> dict[str, Any]:
+    """clean_meta of an accepted split with, per pair of its `qa`, whether the pair is blind-solvable (blind_check
+    on: flagged pairs stay, and say so in the data)."""
+    if split == "rejected" or all(o.blind_solvable is None for o in outcomes):
+        return meta
+    return {**meta, "qa_blind_solvable": [bool(o.blind_solvable) for o in outcomes if o.accepted]}
 
 
 def _with_rounds(meta: dict[str, Any], split: str, outcomes: list[PairOutcome]) -> dict[str, Any]:
@@ -172,9 +180,10 @@ def plan_families(prepared: PreparedPool, work: WorkRecords, recipe: RecipeConfi
 def write_family(prepared: PreparedPool, plan: FamilyPlan, recipe: RecipeConfig, dataset_dir: Path) -> None:
     """Pass 2: write the configs of one family."""
     rounds = any(o.round is not None for outcomes in plan.outcomes for o in outcomes)
+    blind = any(o.blind_solvable is not None for outcomes in plan.outcomes for o in outcomes)
     # An empty config is not written: `datasets` cannot load a split without rows.
     writers = {
-        kind: ParquetShardWriter(dataset_dir / "data" / split.config, config_features(kind, rounds), SPLIT,
+        kind: ParquetShardWriter(dataset_dir / "data" / split.config, config_features(kind, rounds, blind), SPLIT,
                                  max_shard_bytes=recipe.shard_size_mb * MB)
         for kind, split in plan.plans.items()
         if split.rows
@@ -270,6 +279,8 @@ def run_emit(recipe: RecipeConfig, state=None, *, work: WorkRecords | None = Non
     for level, line in gate_lines(gate, recipe.judge_min_specificity, recipe.judge_min_recall):
         logger.log(level, line)
     stats = {**build_stats(recipe, stats_families, _read_json(layout.run_json), report, outside), **(extra_stats or {})}
+    if work.blind is None:  # `rsgen iterate` routes merged rounds without blind records
+        stats["blind_check"] = "off"
 
     write_card(stats, partial)
     write_run_files(recipe, stats, partial)

@@ -59,11 +59,11 @@ def written_kinds(views: list[str] | None, explore: bool = False) -> tuple[str, 
     return (*RS_KINDS, *(v for v in VIEWS if v in chosen))
 
 
-def config_features(kind: str, rounds: bool = False) -> Features:
+def config_features(kind: str, rounds: bool = False, blind: bool = False) -> Features:
     """Features of a config kind (RS_think | RS_nothink | rejected | sft | dpo); `rounds`: the splits carry
     `clean_meta.qa_rounds` (`rsgen iterate`'s final dataset)."""
     if kind in RS_KINDS:
-        return split_features(RS_KINDS[kind], rounds)
+        return split_features(RS_KINDS[kind], rounds, blind)
     if kind in VIEWS:
         return VIEWS[kind].features
     raise ValueError(f"unknown config kind {kind!r}")

@@ -60,6 +60,20 @@ def test_flag_asks_every_accepted_pair_and_counts_what_the_records_say(flagged_r
         if mc:
             assert fam["blind"]["mc_chance_rate"] == pytest.approx(sum(1 / r.options for r in mc) / len(mc), abs=1e-6)
     assert {sha_of[i] for i in records} == accepted
+    # The flag is in the data: clean_meta.qa_blind_solvable, per pair of `qa`, in both accepted splits.
+    solvable_of = {sha_of[i]: r.solvable for i, r in records.items()}
+    flags = 0
+    for family in stats["families"]:
+        for kind in ("think", "nothink"):
+            try:
+                rows = datasets.load_dataset(str(out / "dataset"), f"{family}_RS_{kind}", split="train")
+            except ValueError:
+                continue
+            for row in rows:
+                got = row["clean_meta"]["qa_blind_solvable"]
+                assert got == [solvable_of[(row["image_sha256"], qa["question"])] for qa in row["qa"]]
+                flags += sum(got)
+    assert flags == 2 * sum(r.solvable for r in records.values())
     for rec in records.values():
         assert "<image>" not in rec.question and rec.question == sha_of[rec.id][1]
 
@@ -162,7 +176,7 @@ def test_sft_trains_on_the_view_left_after_drop(flagged_run, tmp_path):
     assert math.isfinite(trainer.state.log_history[-1]["train_loss"])
 
 
-def test_records_of_pairs_no_longer_accepted_or_of_other_verifier_settings_are_set_aside(tmp_path, caplog):
+def test_records_of_pairs_no_longer_accepted_or_of_other_verifier_settings_are_set_aside(flagged_run, tmp_path, caplog):
     """A scripted engine (named as such: this test is about which records count, not about the model) answers
     whatever it is asked; a change of the verifier settings sets the old records aside and asks again."""
     import logging
@@ -171,8 +185,7 @@ def test_records_of_pairs_no_longer_accepted_or_of_other_verifier_settings_are_s
     from rsgen.blind.stage import run_blind
     from rsgen.config import load_recipe
 
-    source = tmp_path / "source"
-    main(["demo", "--output-dir", str(source), "--num-images", "3"])
+    source = flagged_run  # copied: this test changes its verifier settings
     out = tmp_path / "out"
     shutil.copytree(source, out)
     text = (source / "dataset" / "recipe.yaml").read_text().replace(str(source), str(out))
@@ -204,3 +217,34 @@ def test_records_of_pairs_no_longer_accepted_or_of_other_verifier_settings_are_s
     assert f"{len(before)} records set aside" in caplog.text
     after = store.records()
     assert after.keys() == before.keys() and all(r["response"] == "unrelated" for r in after.values())
+
+
+@pytest.mark.slow  # accelerate launch, two CPU processes
+def test_two_processes_share_the_blind_stage_and_give_the_same_records(flagged_run, tmp_path):
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "two"
+    shutil.copytree(flagged_run, out)
+    shutil.rmtree(out / "work" / "blind")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text((flagged_run / "dataset" / "recipe.yaml").read_text().replace(str(flagged_run), str(out)))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+         str(repo / "accelerate_configs" / "cpu_2proc.yaml"), "--num_processes", "2", "--main_process_port", str(port),
+         "-m", "rsgen", "blind", "--config", str(recipe), "--blind_check", "flag"],
+        cwd=repo, env={**os.environ, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    store = CheckpointStore(OutputLayout(out).blind_work)
+    assert {p.name.split("-")[1] for p in store.parts()} == {"rank00000", "rank00001"}, "both ranks did work"
+    want = CheckpointStore(OutputLayout(flagged_run).blind_work).records()
+    assert {k: (r["response"], r["solvable"]) for k, r in store.records().items()} == \
+        {k: (r["response"], r["solvable"]) for k, r in want.items()}

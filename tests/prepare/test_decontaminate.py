@@ -231,3 +231,44 @@ def test_demo_evaluation_set_with_worker_processes(tmp_path):
     assert report["kept_qa_pairs"] + report["dropped_qa_pairs"] + report["merged_qa_pairs"] == report["input_qa_pairs"]
     assert len(load_prepared(recipe.output_dir)) == 18
     assert report["kept_qa_pairs"] == len(kept_ids) and kept_ids
+
+
+@pytest.mark.slow  # a subprocess killed with SIGKILL
+def test_prepare_with_decontamination_killed_midway_gives_the_same_pool(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    demo = {"dataset_name": "rsgen-demo", "demo_seed": 7, "family_column": "family", "options_column": "options"}
+
+    def recipe_file(name):
+        recipe = {"model_name_or_path": "rsgen-demo", "output_dir": str(tmp_path / name), "prepare_num_proc": 1,
+                  "sources": [{**demo, "demo_num_images": 200}],
+                  "decontaminate": [{**demo, "demo_num_images": 400, "demo_seed": 8}, {**demo, "demo_num_images": 20}]}
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(recipe))
+        return path
+
+    killed = recipe_file("killed")
+    proc = subprocess.Popen([sys.executable, "-m", "rsgen", "prepare", "--config", str(killed)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    index = tmp_path / "killed" / "prepared.partial" / "_work" / "eval_index" / "thumbs.u8"
+    deadline = time.monotonic() + 120
+    while not (index.exists() and index.stat().st_size) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    _, err = proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
+    assert not (tmp_path / "killed" / "prepared").exists()  # killed while building the evaluation index
+
+    assert main(["prepare", "--config", str(killed)]) in (0, None)
+    assert main(["prepare", "--config", str(recipe_file("clean"))]) in (0, None)
+    got, want = tmp_path / "killed" / "prepared", tmp_path / "clean" / "prepared"
+    assert sorted(p.name for p in got.iterdir()) == sorted(p.name for p in want.iterdir())
+    for path in want.iterdir():
+        assert (got / path.name).read_bytes() == path.read_bytes(), path.name
+    report = json.loads((got / "prepare_report.json").read_text())
+    assert report["rows"] == 180  # the pool's own first 20 images went (by image, or by their questions first)
+    assert report["decontamination"]["sets"][0]["removed_qa_pairs"] == {}
