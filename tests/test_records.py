@@ -74,3 +74,24 @@ def test_a_missing_or_unknown_field_is_one_line_naming_the_part_and_the_field(tm
     assert str(err.value).startswith(f"{part} line 1: GenerateRecord 'q1' {named}")
     assert "\n" not in str(err.value)
 
+
+
+def test_a_server_refusal_is_kept_in_the_record_and_stays_a_refusal_when_verified_again(tmp_path):
+    """engine: openai records a 400 as `refused` (the server's message); re-verification must not turn the empty
+    response into `no_answer`."""
+    from rsgen.config import RecipeConfig
+    from rsgen.engine import REQUEST_REFUSED
+    from rsgen.schema import PreparedQuestion
+    from rsgen.verification.stage import StoredResponses, VerifyRequest
+
+    refused = generate_record(response="", extracted=None, match=False, reason=REQUEST_REFUSED,
+                              refused="prompt longer than the context")
+    assert "refused" not in generate_record().to_json()  # written only when set: older readers see no new field
+    write_part(tmp_path / "gen", [refused.to_json()])
+    assert list(read_records(CheckpointStore(tmp_path / "gen"), GenerateRecord)) == [refused]
+    question = PreparedQuestion(id="q1", row=0, family="F", question=refused.question, answers=("3",), options=())
+    engine = StoredResponses(RecipeConfig(), {"q1": question})
+    [(_, (_, decision))] = list(engine.generate([VerifyRequest("q1", refused)]))
+    assert (decision.match, decision.reason) == (False, REQUEST_REFUSED)
+    [(_, (_, plain))] = list(engine.generate([VerifyRequest("q1", generate_record(response=""))]))
+    assert plain.reason != REQUEST_REFUSED  # the same empty response without a refusal is the verifier's to decide
