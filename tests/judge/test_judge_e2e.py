@@ -46,9 +46,10 @@ def test_end_to_end_with_a_tiny_model(tmp_path, tiny_model, caplog):
                          judge_calibration_size=3, enable_thinking=True)
     run_judge(recipe, distributed_state())
     records = CheckpointStore(OutputLayout(tmp_path).judge_work).records()
-    assert len(records) == 12
+    assert len(records) == 15  # 6 rejected + 3 of each calibration side
     assert sum(r["kind"] == "calibration" for r in records.values()) == 3
     assert sum(r["kind"] == "known_wrong" for r in records.values()) == 3
+    assert sum(r["kind"] == "known_right" for r in records.values()) == 3
     assert "none" not in records
 
     from rsgen.engine.models import load_config, load_processor
@@ -91,7 +92,7 @@ def test_sigkill_and_restart_loses_and_duplicates_nothing(tmp_path, tiny_model, 
         root.mkdir()
         write_output_dir(root, pairs(24, 8))
         make_recipe(root)  # the verify stage's decisions, as scripted (the judge reads them)
-    expected = 24 + 4 + 4  # rejected, verifier-accepted and known-wrong calibration pairs
+    expected = 24 + 4 + 4 + 4  # rejected, then verifier-accepted, known-wrong and known-right calibration pairs
     store = CheckpointStore(OutputLayout(killed).judge_work)
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
