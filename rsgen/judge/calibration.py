@@ -431,19 +431,7 @@ def known_wrong_pairs(
     `prepared`: QA id -> {"family", "answers", "options", "question"} (the prepared pool); `verifier_for(family)`
     names the family's verifier. Depends only on the pool, the verifiers, the scope and the seed."""
     forms = [f for f in KNOWN_WRONG_FORMS if judge_scope == "all" or f not in DECISIVE_FORMS]
-    pairs: list[CalibrationPair] = []
-    for family, questions in _questions(prepared, verifier_for, seed, numeric_tolerance, "known_wrong"):
-        made = 0
-        for qa_id, q in questions:
-            if made >= size:
-                break
-            for form in _rotated(forms, made):
-                found = form_candidate(KNOWN_WRONG, form, q, judge_scope)
-                if found is not None:
-                    pairs.append(CalibrationPair(qa_id, family, form, found))
-                    made += 1
-                    break
-    return sorted(pairs, key=lambda p: (p.family, p.id))
+    return _draw_pairs(KNOWN_WRONG, forms, prepared, verifier_for, size, seed, numeric_tolerance, judge_scope)
 
 
 def known_right_pairs(
@@ -456,15 +444,29 @@ def known_right_pairs(
     """Up to `size` known-right pairs per family, sorted by (family, id): a rewrite of the reference that keeps its
     meaning, that the verifier rejects and the decisive rule leaves undecided (a false negative of the verifier,
     which the judge exists to recover)."""
-    forms = list(KNOWN_RIGHT_FORMS)
+    return _draw_pairs(KNOWN_RIGHT, list(KNOWN_RIGHT_FORMS), prepared, verifier_for, size, seed, numeric_tolerance)
+
+
+def _draw_pairs(
+    side: str,
+    forms: list[str],
+    prepared: dict[str, dict[str, Any]],
+    verifier_for: Callable[[str], str],
+    size: int,
+    seed: int,
+    numeric_tolerance: float | None,
+    judge_scope: str = "undecided",
+) -> list[CalibrationPair]:
+    """Up to `size` pairs of `side` per family, sorted by (family, id). Forms rotate so that a family's pairs mix
+    them; a question none of its forms fits is passed over."""
     pairs: list[CalibrationPair] = []
-    for family, questions in _questions(prepared, verifier_for, seed, numeric_tolerance, "known_right"):
+    for family, questions in _questions(prepared, verifier_for, seed, numeric_tolerance, side):
         made = 0
         for qa_id, q in questions:
             if made >= size:
                 break
             for form in _rotated(forms, made):
-                found = form_candidate(KNOWN_RIGHT, form, q)
+                found = form_candidate(side, form, q, judge_scope)
                 if found is not None:
                     pairs.append(CalibrationPair(qa_id, family, form, found))
                     made += 1
