@@ -72,7 +72,9 @@ def prepared_question(question: str, options: list[str]) -> tuple[str, list[str]
 
 
 def vqa_examples(seed: int, num_images: int, first_image: int = 0):
-    """(image PNG, user text, reasoning, final answer, family) for every QA pair of `num_images` pool images."""
+    """(image PNG, user text, reasoning, final answer, family) for every QA pair of `num_images` pool images.
+
+    The final answer is the scene's, worded as `spoken_answer` says (letters for multiple choice)."""
     for index in range(first_image, first_image + num_images):
         family, png, scene, qas = make_demo_image(seed, index)
         for question, _answer, options in qas:
@@ -83,56 +85,149 @@ def vqa_examples(seed: int, num_images: int, first_image: int = 0):
                 letter = LETTERS[option_texts.index(answer)]
                 reasoning = f"{reasoning} That is {letter}."
                 answer = letter
-            yield png, text, reasoning, answer, family
+            yield png, text, reasoning, spoken_answer(family, question, answer), family
 
 
-def _answer_vocabulary(reference: str) -> list[str]:
+_NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+                 "sixteen seventeen eighteen nineteen twenty").split()
+
+
+def spoken_answer(family: str, question: str, answer: str) -> str:
+    """How the demo model words a right answer: mostly as the pool does, but -- as real VLMs do -- small counts as
+    words (`two`), the bar count with its noun (`five bars`) and the chart's fruit with an article (`the lime`).
+
+    These are right answers the demo's verifier (relaxed, ChartQA-style) rejects; they are the judge's job. The
+    rule depends only on the question and the answer, so greedy decoding follows it (a random share would not be
+    learned: greedy picks the majority form)."""
+    if family == "CLEVRMath" and int(answer) <= 2:
+        return _NUMBER_WORDS[int(answer)]
+    if family == "DemoChart" and question.startswith("How many bars"):
+        return f"{_NUMBER_WORDS[int(answer)]} bars"
+    if family == "DemoChart" and question.startswith("Which fruit"):
+        return f"the {answer}"
+    return answer
+
+
+def _answer_vocabulary(reference: str, options: list[str]) -> list[str]:
     """Answers of the same kind as `reference`: counts, option letters, chart labels, colours, shapes..."""
     from rsgen.demo.pool import CHART_LABELS, COLORS, MATERIALS, SHAPES
 
     if reference.isdigit():
         return [str(v) for v in range(0, 21)]
     if len(reference) == 1 and reference in LETTERS:
-        return list("ABCD")
+        return list(LETTERS[: len(options)] if options else "ABCD")
     for vocabulary in (list(CHART_LABELS), list(COLORS), list(SHAPES), list(MATERIALS)):
         if reference in vocabulary:
             return vocabulary
     return [reference, "yes", "no"]
 
 
-def wrong_candidate(rng: random.Random, reference: str) -> str:
+def wrong_candidate(rng: random.Random, reference: str, options: list[str]) -> str:
     """A plausible wrong answer of the same kind as `reference` (numbers mostly close: what a small model says)."""
     if reference.isdigit() and rng.random() < 0.8:
         value = int(reference)
         return str(rng.choice([v for v in range(max(0, value - 3), value + 4) if v != value]))
-    return rng.choice([v for v in _answer_vocabulary(reference) if v != reference])
+    return rng.choice([v for v in _answer_vocabulary(reference, options) if v != reference])
+
+
+# Answers of no kind the pool asks for, as a confused model might give (the judge's known-wrong side has its own).
+OFF_TOPIC = ("yes", "no", "I don't know", "the big cube", "left", "a small dog", "London", "green tea",
+             "blue sky", "cannot tell", "maybe", "the red ball")
+
+
+def _off_topic(rng: random.Random, kind: str) -> str:
+    from rsgen.demo.pool import CHART_LABELS, COLORS, SHAPES
+
+    others = {"number": [*CHART_LABELS, *COLORS, *SHAPES, "A", "B", "C"],
+              "word": [*COLORS, *SHAPES, "A", "B", "C"],
+              "letter": [*CHART_LABELS, "yes", "no"]}[kind]
+    return rng.choice(others) if rng.random() < 0.4 else rng.choice(OFF_TOPIC)
+
+
+def worded_candidate(rng: random.Random, value: str, kind: str, noun: str | None,
+                     option_text: str | None) -> tuple[str, str]:
+    """(candidate text, what it says in the reference's terms) for the answer `value` in a random wording.
+
+    Numbers: digits, a number word, with the counted noun, in a sentence (what it says: the digits). Words: bare,
+    with an article, plural, in a sentence (what it says: the word). Option letters: the letter, or the option's text
+    bare, with an article or in a sentence (what it says: the letter, or the option's text)."""
+    roll = rng.random()
+    if kind == "number":
+        word = _NUMBER_WORDS[int(value)] if int(value) < len(_NUMBER_WORDS) else value
+        # Digits inside a sentence most often: the hardest form to read (the reference's digits are close by).
+        spelled = value if rng.random() < 0.7 else word
+        forms = [word, f"The answer is {spelled}.", f"I count {spelled}.", f"{spelled}."]
+        if noun:
+            forms += [f"{spelled} {noun}", f"There are {spelled} {noun}.", f"{spelled} {noun} are left."] * 2
+        return (value if roll < 0.1 else rng.choice(forms)), value
+    if kind == "word":
+        article = "an" if value[0] in "aeiou" else "a"
+        forms = [f"{article} {value}", f"the {value}", f"{value}s", f"The answer is {value}.", f"It is the {value}.",
+                 f"{value.capitalize()}."]
+        return (value if roll < 0.25 else rng.choice(forms)), value
+    if roll < 0.3 or not option_text:
+        return value, value
+    forms = [option_text, f"the {option_text}", f"It is the {option_text}.", f"The answer is {option_text}."]
+    return rng.choice(forms), option_text
 
 
 def judge_example(rng: random.Random, question: str, answer: str) -> tuple[str, str, str]:
-    """(judge user text, reasoning, verdict) for one pool question.
+    """(judge user text, reasoning, verdict) for one prepared pool question whose (scene) answer is `answer`.
 
     Half of the time the reference is not the question's answer but any answer of its kind: the judge sees no
     image, and this way it cannot guess the reference from the question; it has to read it (and never solve the
-    question itself, as its prompt says)."""
+    question itself, as its prompt says). The candidate is the reference or a wrong value of its kind, in any
+    wording (`worded_candidate`), or an off-topic answer. The reasoning first writes what the candidate says in
+    the reference's terms ("Says: 9" for "There are nine cubes.", the option's text for a letter reference), then
+    the reference, then the value both share:
+
+        Says: 9. Reference: 10. Agreed: none. WRONG.
+        Says: cube. Reference: B = cube. Agreed: cube. CORRECT.
+
+    "Says" comes first: written after the reference, it copied the reference's digits instead of the candidate's
+    ("There are 4 objects." read as 3 against a reference of 3); at equal training the judge said WRONG to 38 of 60
+    of the demo's known-wrong CLEVRMath pairs with the reference first and 45 with "Says" first (measured).
+    """
+    from rsgen.judge.calibration import counted_noun
     from rsgen.judge.prompt import render_judge_prompt
 
-    reference = answer if rng.random() < 0.5 else rng.choice(_answer_vocabulary(answer))
+    stem_and_block = question.rsplit("\n", 1)[0]
+    options = [line[3:] for line in stem_and_block.split("\n")[1:] if line[1:3] == ". "]
+    answer = answer if options else _plain(answer)
+    reference = answer if rng.random() < 0.5 else rng.choice(_answer_vocabulary(answer, options))
+    kind = "letter" if options else "number" if reference.isdigit() else "word"
     roll = rng.random()
     if roll < 0.06:
         # UNSURE is for references that cannot be graded against.
         bad_reference = rng.choice(["", "N/A", "?", "unknown", "-"])
         prompt = render_judge_prompt(question, bad_reference, reference)
         return prompt, f"Reference: {bad_reference or 'empty'}. UNSURE.", "UNSURE"
+    text_of = {LETTERS[i]: t for i, t in enumerate(options)}
     if roll < 0.53:
-        candidate, verdict, agreed = reference, "CORRECT", reference
+        value = reference
     else:
-        candidate, verdict, agreed = wrong_candidate(rng, reference), "WRONG", "none"
+        value = wrong_candidate(rng, reference, options)
+    if roll >= 0.53 and rng.random() < 0.15:
+        candidate = _off_topic(rng, kind)
+        says = candidate if kind != "number" else "none"
+    else:
+        candidate, says = worded_candidate(rng, value, kind, counted_noun(question), text_of.get(value))
+    shown = f"{reference} = {text_of[reference]}" if kind == "letter" else reference
+    agreed = says if says in (reference, text_of.get(reference)) else "none"
+    verdict = "CORRECT" if agreed != "none" else "WRONG"
     prompt = render_judge_prompt(question, reference, candidate)
-    # "Agreed: X" writes the value both sides share, or "none". Tried first: the verdict straight after the two
-    # values, which needs a learned equality test; at this size it stayed at chance for 1,000+ steps. Writing
-    # the shared value only needs the two copying steps the model already has (a value copied from both sides
-    # outscores "none", one copied from one side does not), and the verdict then follows from "none" or not.
-    return prompt, f"Reference: {reference}. Candidate: {candidate}. Agreed: {agreed}. {verdict}.", verdict
+    # "Says" turns the candidate into the reference's terms (a digit for a number word, the option's text); "Agreed"
+    # then writes the value both sides share, or "none". Tried first (round 1): the verdict straight after the two
+    # values, which needs a learned equality test; at this size it stayed at chance for 1,000+ steps. Writing the
+    # shared value only needs copying steps (a value copied from both sides outscores "none", one copied from one
+    # side does not), and the verdict then follows from "none" or not.
+    return prompt, f"Says: {says}. Reference: {shown}. Agreed: {agreed}. {verdict}.", verdict
+
+
+def _plain(answer: str) -> str:
+    """The pool's own form of a spoken answer (`two` -> 2, `five bars` -> 5, `the lime` -> lime)."""
+    head = answer.removeprefix("the ").split(" ")[0]
+    return str(_NUMBER_WORDS.index(head)) if head in _NUMBER_WORDS else head
 
 
 def completion_text(reasoning: str | None, answer: str) -> str:
@@ -278,28 +373,37 @@ def training_examples(
     return [row for batch in batches for row in batch], corpus
 
 
+# Judge prompts per question in phase 2, by the kind of its answer: a number's candidates come in many wordings, and
+# chart labels are few in the pool (1 question in 20) but worded in as many ways.
+JUDGE_PROMPTS_PER_QUESTION = {"number": 2, "word": 6, "letter": 1}
+
+
 def judge_phase_examples(
     first_image: int, num_images: int, nothink_share: float, batch_size: int, seed: int = TRAIN_SEED
 ):
     """Phase 2 SFT rows: every question of pool images [first_image, first_image + num_images) once as an image
-    question and once as a judge prompt, in alternating batches.
+    question and `JUDGE_PROMPTS_PER_QUESTION` times as a judge prompt, in alternating batches (image questions
+    repeat when judge prompts outnumber them).
 
     The images follow phase 1's (the pool is a stream per image), so phase 2 sees new scenes. Alternating keeps
     the answers: judge batches alone took the demo accept rate from 34% to 5% in 200 steps (measured)."""
-    rng = random.Random(f"rsgen-demo-judge-phase:{seed}")
+    rng = random.Random(f"rsgen-demo-judge-phase:{seed}:{first_image}")
     vqa_rows, judge_rows = [], []
     for png, text, reasoning, answer, _family in vqa_examples(seed, num_images, first_image):
         # Thinking off as in phase 1: without it, answers with thinking off drifted to start with a new line.
         thinking = rng.random() >= nothink_share
         content = completion_text(reasoning, answer) if thinking else completion_text("", answer)
         vqa_rows.append(vqa_row(png, text, content, thinking))
-        prompt, judge_reasoning, verdict = judge_example(rng, text, answer)
-        judge_rows.append(judge_row(prompt, completion_text(judge_reasoning, verdict)))
+        kind = "letter" if "\nA. " in text else "number" if _plain(answer).isdigit() else "word"
+        for _ in range(JUDGE_PROMPTS_PER_QUESTION[kind]):
+            prompt, judge_reasoning, verdict = judge_example(rng, text, answer)
+            judge_rows.append(judge_row(prompt, completion_text(judge_reasoning, verdict)))
     rng.shuffle(vqa_rows)
     rng.shuffle(judge_rows)
-    rows = []
+    rows, cycled = [], vqa_rows + vqa_rows
     for i in range(0, len(judge_rows), batch_size):
-        rows += judge_rows[i : i + batch_size] + vqa_rows[i : i + batch_size]
+        j = i % len(vqa_rows)
+        rows += judge_rows[i : i + batch_size] + cycled[j : j + batch_size]
     return rows
 
 
@@ -381,25 +485,32 @@ def train(args) -> Path:
     from trl import SFTTrainer
 
     started = time.perf_counter()
-    rows, corpus = training_examples(args.num_images, args.judge_share, args.nothink_share, args.batch_size)
-    tokenizer = build_tokenizer(corpus)
-    model, processor = build_model(tokenizer, SIZES[args.size])
-    n_params = sum(p.numel() for p in model.parameters())
-    print(
-        f"phase 1: {len(rows)} training rows from {args.num_images} images; {n_params / 1e6:.2f} M parameters",
-        flush=True,
-    )
     work = Path(args.output).with_name(Path(args.output).name + ".trainer")
-    phase1 = sft_config(work, args.batch_size, num_train_epochs=args.epochs, learning_rate=args.lr,
-                        lr_scheduler_type="cosine", warmup_steps=args.warmup_steps,
-                        max_steps=args.max_steps)  # fmt: skip
-    SFTTrainer(
-        model=model,
-        args=phase1,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=processor,
-        data_collator=judge_prompt_loss_collator(processor),
-    ).train()
+    if args.init_from:
+        # Continue from a trained model (its tokenizer and weights): phase 2 only, on images phase 1 did not see.
+        from rsgen.engine.models import load_model_and_processor
+
+        model, processor = load_model_and_processor(args.init_from)
+        model.train()
+        rows = []
+        print(f"phase 1 skipped: continuing from {args.init_from}", flush=True)
+    else:
+        rows, corpus = training_examples(args.num_images, args.judge_share, args.nothink_share, args.batch_size)
+        tokenizer = build_tokenizer(corpus)
+        model, processor = build_model(tokenizer, SIZES[args.size])
+        print(f"phase 1: {len(rows)} training rows from {args.num_images} images", flush=True)
+        phase1 = sft_config(work, args.batch_size, num_train_epochs=args.epochs, learning_rate=args.lr,
+                            lr_scheduler_type="cosine", warmup_steps=args.warmup_steps,
+                            max_steps=args.max_steps)  # fmt: skip
+        SFTTrainer(
+            model=model,
+            args=phase1,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=processor,
+            data_collator=judge_prompt_loss_collator(processor),
+        ).train()
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{n_params / 1e6:.2f} M parameters", flush=True)
     phase1_seconds = time.perf_counter() - started
 
     # Phase 2: after phase 1 the judge copies both values but writes "Agreed: none" to equal ones as well; a short
@@ -427,13 +538,24 @@ def train(args) -> Path:
 def save_model(
     model, processor, output: Path, train_seconds: float, args, num_rows: int, n_params: int
 ) -> None:
+    # A continued model keeps the record of the one it started from, and its processor files as they were (loading
+    # for generation sets left padding); both are read before `output` may replace that model.
+    previous, processor_files = None, {}
+    if args.init_from:
+        previous = json.loads((Path(args.init_from) / TRAINING_RECORD).read_text())
+        processor_files = {path.name: path.read_bytes() for path in Path(args.init_from).iterdir()
+                           if path.name not in MODEL_FILES}
     if output.exists():
         shutil.rmtree(output)
     output.mkdir(parents=True)
     model.eval()
     model.config.dtype = torch.float32
     model.save_pretrained(output)
-    processor.save_pretrained(output)
+    if processor_files:
+        for name, data in processor_files.items():
+            (output / name).write_bytes(data)
+    else:
+        processor.save_pretrained(output)
     (output / TRAINING_RECORD).write_text(
         json.dumps(
             {
@@ -446,6 +568,7 @@ def save_model(
                 "torch_threads": torch.get_num_threads(),
                 # The judge prompt the model learned; tests/demo checks it is still the shipped one.
                 "judge_template_sha256": judge_template_sha256(),
+                **({"continued_from": previous} if previous else {}),
             },
             indent=1,
         )
@@ -454,6 +577,16 @@ def save_model(
 
 
 TRAINING_RECORD = "rsgen_training.json"
+# What training writes; a continued model copies every other file (tokenizer, chat template, processor) unchanged.
+MODEL_FILES = {"model.safetensors", "config.json", "generation_config.json", "README.md", TRAINING_RECORD}
+
+
+def training_chain(record: dict) -> list[dict]:
+    """The training runs behind a model, first to last (a run with --init-from continues the one before)."""
+    chain = [record]
+    while "continued_from" in chain[0]:
+        chain.insert(0, chain[0]["continued_from"])
+    return chain
 
 
 def judge_template_sha256() -> str:
@@ -474,26 +607,30 @@ tags: [rsgen, demo, toy]
 A **toy** vision-language model ({params:.1f} M parameters, Qwen2-VL architecture) that ships inside the `rsgen`
 package so that `rsgen demo` runs end to end, offline, on a CPU in a few minutes.
 
-**What it is.** Trained from scratch by `scripts/train_demo_model.py` ({minutes:.0f} min on a 2-core CPU, {rows}
-rows from {images} images of rsgen's procedural demo pool, pool seed {seed}; see `rsgen_training.json`) to
+**What it is.** Trained by `scripts/train_demo_model.py` on CPU from scratch{continued}: {minutes:.0f} min on a
+2-core machine, {rows} rows drawn from rsgen's procedural demo pool (pool seed {seed}); every run's arguments are in
+`rsgen_training.json`. It learned to
 
 - answer the demo pool's questions (CLEVR-Math-like counting and subtraction, bar charts, multiple choice with
   lettered options) at 168 x 112 pixels, with a short reasoning trace: `<think>...</think>` then the answer;
   `enable_thinking=False` in the chat template makes it answer without the trace;
 - grade answers as rsgen's judge stage asks (question, reference, candidate -> `CORRECT` / `WRONG` / `UNSURE`),
-  reasoning `Reference: 5. Candidate: 3. Agreed: none.` before the verdict.
+  reasoning `Says: 3. Reference: 5. Agreed: none.` before the verdict (`Says` is the candidate in the reference's
+  terms: `3` for `There are three cubes.`).
 
 Measured on {qa} questions of {eval_images} images of a pool seed it never saw ({eval_seed}), greedy, thinking on:
 
 | | |
 |---|---|
 | verifier accept rate | {accept:.1%} (CLEVRMath {clevr:.1%}, DemoChart {chart:.1%}, DemoMC {mc:.1%}) |
+| right answers in words the verifier rejects (`two`, `five bars`, `the lime`) | {right} |
 | judge says CORRECT to verifier-accepted answers | {judge_ok:.1%} |
-| judge says WRONG to verifier-rejected answers | {judge_wrong:.1%} |
+| judge says CORRECT to right answers the verifier rejected | {judge_recall:.1%} |
+| judge says WRONG to wrong answers the verifier leaves to it (not a decisive mismatch) | {judge_wrong:.1%} |
 
 It gets many demo questions right and many wrong, which is the point: its answers split into accepted and
-rejected, and its judge mostly agrees with the verifier. The judge's misses become the demo's judge promotions;
-they are mostly larger numbers one apart (7 and 8, 9 and 10), which the pool has fewer of.
+rejected. Some right answers are worded as real VLMs word them -- small counts as words, the bar count with its
+noun, the fruit with an article -- which the demo's verifier rejects and its judge is there to recover.
 
 **What it is not.** It is not a general VLM and knows nothing beyond the demo pool's drawings and templates; its
 tokenizer was trained on that text only. Do not use it for anything but trying rsgen.
@@ -506,13 +643,17 @@ def write_model_card(output: Path, record: dict) -> None:
     """The model card, from the training record and its evaluation (the numbers are measured, not typed)."""
     evaluation, families = record["evaluation"], record["evaluation"]["accept_rate_per_family"]
     nan = float("nan")  # a family absent from a small evaluation
+    chain = training_chain(record)
+    continues = len(chain) - 1
     (output / "README.md").write_text(MODEL_CARD.format(
-        params=record["parameters"] / 1e6, minutes=record["train_minutes"], rows=record["training_rows"],
-        images=record["arguments"]["num_images"] + record["arguments"]["judge_phase_images"],
+        continued=f" and continued {continues} time{'s' * (continues > 1)} (`--init-from`)" if continues else "",
+        params=record["parameters"] / 1e6, minutes=sum(run["train_minutes"] for run in chain),
+        rows=sum(run["training_rows"] for run in chain),
         seed=record["train_seed"], qa=evaluation["qa"], eval_images=evaluation["images"],
         eval_seed=evaluation["seed"], accept=evaluation["accept_rate"], clevr=families.get("CLEVRMath", nan),
         chart=families.get("DemoChart", nan), mc=families.get("DemoMC", nan),
-        judge_ok=evaluation["judge_correct_on_accepted"], judge_wrong=evaluation["judge_wrong_on_rejected"],
+        judge_ok=evaluation["judge_correct_on_accepted"], judge_wrong=evaluation["judge_wrong_on_wrong_undecided"],
+        right=evaluation["right_but_rejected"], judge_recall=evaluation["judge_correct_on_right_rejected"],
         size=json.dumps(SIZES[record["arguments"]["size"]]), vocab=VOCAB_SIZE,
     ))  # fmt: skip
 
@@ -525,6 +666,7 @@ def evaluate(model_dir: Path, seed: int, num_images: int, max_new_tokens: int = 
     from collections import Counter
 
     from rsgen.config import load_recipe
+    from rsgen.demo.truth import final_answer, states_truth
     from rsgen.demo_command import RECIPE
     from rsgen.engine import ChatRequest
     from rsgen.engine.models import load_model_and_processor
@@ -532,6 +674,7 @@ def evaluate(model_dir: Path, seed: int, num_images: int, max_new_tokens: int = 
     from rsgen.judge.prompt import render_judge_prompt
     from rsgen.judge.verdict import parse_verdict
     from rsgen.verify import verify_response
+    from rsgen.verify.decisive import decisive_mismatch
 
     recipe = load_recipe(RECIPE)
     model, processor = load_model_and_processor(str(model_dir))
@@ -542,11 +685,10 @@ def evaluate(model_dir: Path, seed: int, num_images: int, max_new_tokens: int = 
         family, png, scene, qas = make_demo_image(seed, index)
         for q_index, (question, _answer, options) in enumerate(qas):
             text, option_texts = prepared_question(question, options)
-            answer = solve_from_scene(scene, question, options)[0]
-            if option_texts:
-                answer = LETTERS[option_texts.index(answer)]
+            truth = solve_from_scene(scene, question, options)[0]
+            answer = LETTERS[option_texts.index(truth)] if option_texts else truth
             key = f"{index}/{q_index}"
-            items[key] = dict(family=family, text=text, answer=answer, options=option_texts)
+            items[key] = dict(family=family, text=text, answer=answer, truth=truth, options=option_texts)
             messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
             requests.append(ChatRequest(key, messages, [png]))
     started = time.perf_counter()
@@ -554,8 +696,14 @@ def evaluate(model_dir: Path, seed: int, num_images: int, max_new_tokens: int = 
     for request, result in engine.generate(requests):
         item = items[request.key]
         verifier = recipe.verifier_for(item["family"])  # as `rsgen demo` verifies
-        decision = verify_response(verifier, result.text, item["answer"], options=item["options"] or None)
-        item.update(response=result.text, match=decision.match, extracted=decision.extracted)
+        options = item["options"] or None
+        decision = verify_response(verifier, result.text, item["answer"], options=options)
+        right = states_truth(final_answer(result.text), item["truth"], item["options"])
+        decisive = decisive_mismatch(verifier, decision.extracted, [item["answer"]], options=options)
+        # Which side of the judge's job the item is on: accepted (agree), right but rejected (recover), wrong and
+        # left to the judge (reject); decisive mismatches never reach the judge under `judge_scope: undecided`.
+        side = "accepted" if decision.match else "decisive" if decisive else "right" if right else "wrong"
+        item.update(response=result.text, match=decision.match, extracted=decision.extracted, side=side)
         totals[item["family"]] += 1
         accepted[item["family"]] += decision.match
     generate_seconds = time.perf_counter() - started
@@ -567,29 +715,35 @@ def evaluate(model_dir: Path, seed: int, num_images: int, max_new_tokens: int = 
         judge_requests.append(
             ChatRequest(key, [{"role": "user", "content": [{"type": "text", "text": prompt}]}], [])
         )
-    engine.max_new_tokens = 32
+    engine.max_new_tokens = recipe.judge_max_new_tokens
     started = time.perf_counter()
     verdicts = Counter()
     for request, result in engine.generate(judge_requests):
         item = items[request.key]
-        verdict = parse_verdict(result.text, result.hit_limit)
-        verdicts[("accepted" if item["match"] else "rejected", verdict)] += 1
+        item["verdict"] = parse_verdict(result.text, result.hit_limit)
+        verdicts[(item["side"], item["verdict"])] += 1
     judge_seconds = time.perf_counter() - started
+    sides = Counter(item["side"] for item in items.values())
     n_acc = sum(accepted.values())
-    n_rej = sum(totals.values()) - n_acc
+
+    def share(side: str, verdict: str) -> float:
+        return verdicts[(side, verdict)] / max(1, sides[side])
+
     report = {
         "seed": seed,
         "images": num_images,
         "qa": sum(totals.values()),
         "accept_rate": n_acc / max(1, sum(totals.values())),
         "accept_rate_per_family": {f: accepted[f] / totals[f] for f in sorted(totals)},
-        "judge_correct_on_accepted": verdicts[("accepted", "CORRECT")] / max(1, n_acc),
-        "judge_wrong_on_rejected": verdicts[("rejected", "WRONG")] / max(1, n_rej),
+        "right_but_rejected": sides["right"],
+        "judge_correct_on_accepted": share("accepted", "CORRECT"),
+        "judge_correct_on_right_rejected": share("right", "CORRECT"),
+        "judge_wrong_on_wrong_undecided": share("wrong", "WRONG"),
         "judge_verdicts": {f"{k[0]}:{k[1]}": v for k, v in sorted(verdicts.items())},
         "generate_seconds": round(generate_seconds, 1),
         "judge_seconds": round(judge_seconds, 1),
         "examples": [
-            {k: items[key][k] for k in ("family", "text", "answer", "response", "match")}
+            {k: items[key][k] for k in ("family", "text", "answer", "response", "match", "side", "verdict")}
             for key in list(items)[:12]
         ],
     }
@@ -612,6 +766,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--judge-phase-lr", type=float, default=1e-3, help="learning rate of phase 2")
     parser.add_argument("--nothink-share", type=float, default=0.1)
+    parser.add_argument("--init-from", default=None,
+                        help="a trained demo model to continue from: skips phase 1 (phase 2 on images after "
+                             "--num-images)")
     # Default: two threads on an idle machine, one when other jobs are running (two oversubscribed threads were
     # 4x slower per step than one on the shared development machine).
     parser.add_argument("--threads", type=int, default=None)

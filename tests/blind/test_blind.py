@@ -33,6 +33,11 @@ def _sft_pairs(dataset_dir, config) -> set[str]:
     return {row["prompt"][0]["content"][-1]["text"] for row in rows}
 
 
+def _blind(fam: dict) -> dict:
+    """A family's blind figures; a family with nothing accepted has none (nothing was asked)."""
+    return fam["blind"] or {"checked": 0, "solvable": 0, "dropped": 0}
+
+
 @pytest.fixture(scope="module")
 def flagged_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("blind") / "demo"
@@ -52,6 +57,9 @@ def test_flag_asks_every_accepted_pair_and_counts_what_the_records_say(flagged_r
         accepted |= _pairs(out / "dataset", f"{family}_RS_think")
         mine = [r for r in records.values() if r.family == family]
         assert fam["accepted_qa"] == len(mine), "every accepted pair has exactly one blind record"
+        if not mine:  # a family with nothing accepted has nothing to ask without the image
+            assert fam["blind"] is None
+            continue
         assert fam["blind"]["checked"] == len(mine)
         assert fam["blind"]["solvable"] == sum(r.solvable for r in mine)
         assert fam["blind"]["dropped"] == 0 and fam["blind_dropped_qa"] == 0
@@ -80,7 +88,8 @@ def test_flag_asks_every_accepted_pair_and_counts_what_the_records_say(flagged_r
     card = (out / "dataset" / "README.md").read_text()
     assert "## Blind check" in card
     for family, fam in stats["families"].items():
-        assert f"| {family} | {fam['blind']['checked']} | {fam['blind']['solvable']} |" in card
+        if fam["blind"] is not None:
+            assert f"| {family} | {fam['blind']['checked']} | {fam['blind']['solvable']} |" in card
 
 
 def test_drop_removes_exactly_the_blind_solvable_pairs_from_every_split_and_view(flagged_run, capsys):
@@ -102,7 +111,8 @@ def test_drop_removes_exactly_the_blind_solvable_pairs_from_every_split_and_view
     assert t["blind_dropped_qa"] == len(solvable)
     for family, fam in stats["families"].items():
         assert fam["prepared_qa"] == fam["accepted_qa"] + fam["rejected_qa"] + fam["blind_dropped_qa"]
-        assert fam["blind_dropped_qa"] == fam["blind"]["dropped"] == before["families"][family]["blind"]["solvable"]
+        was_solvable = _blind(before["families"][family])["solvable"]
+        assert fam["blind_dropped_qa"] == _blind(fam)["dropped"] == was_solvable
         for kind in ("think", "nothink"):
             assert _pairs(out / "dataset", f"{family}_RS_{kind}") == kept[family][kind] - solvable
         assert _pairs(out / "dataset", f"{family}_rejected") == kept[family]["rejected"]
