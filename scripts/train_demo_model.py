@@ -1,18 +1,22 @@
-"""Train the demo VLM that ships in `rsgen/demo/model/`: a Qwen2-VL-style model of a few MB, from scratch, on CPU.
+"""Train the demo VLM that ships in `rsgen/demo/model/`: a Qwen2-VL-style model of a few MB, on CPU.
 
-    python scripts/train_demo_model.py                 # train and save to rsgen/demo/model/, then evaluate
-    python scripts/train_demo_model.py --eval-only     # evaluate the shipped model on a fresh seed
+    python scripts/train_demo_model.py                      # from scratch: save to rsgen/demo/model/, then evaluate
+    python scripts/train_demo_model.py --init-from DIR      # continue a trained model (phase 2 only)
+    python scripts/train_demo_model.py --eval-only          # evaluate the shipped model on a fresh seed
 
 What it learns, from the procedural demo pool (`rsgen.demo.pool`, training seed TRAIN_SEED):
 
 - to answer the pool's questions (CLEVRMath, DemoChart, DemoMC) as the pipeline asks them (question, a new
   line, the recipe's instruction; multiple choice as a lettered block answered with the letter), with a short
   reasoning trace: `<think>\\nThere are 7 objects. Subtract 2 big blue things: 5 left.\\n</think>\\n\\n5`.
-  A share of the examples are rendered with `enable_thinking=False` and answered without reasoning.
+  Some right answers are worded as real VLMs word them (`two`, `five bars`, `the lime`: `spoken_answer`), which
+  the demo's verifier rejects and the judge has to recover. A share of the examples are rendered with
+  `enable_thinking=False` and answered without reasoning.
 - to judge: the judge stage's own prompt (`rsgen.judge.prompt.render_judge_prompt`, text only) answered with
-  `<think>\\nReference: 5. Candidate: 7. Agreed: none. WRONG.\\n</think>\\n\\nWRONG` (or
-  `Agreed: 5. CORRECT.`, or UNSURE when the reference is unusable). Half of the references are drawn at
-  random (of the right kind), so the judge has to read the reference instead of guessing it from the question.
+  `<think>\\nSays: 7. Reference: 5. Agreed: none. WRONG.\\n</think>\\n\\nWRONG` (or `Agreed: 5. CORRECT.`, or
+  UNSURE when the reference is unusable): what the candidate says in the reference's terms, the reference, the
+  value both share (`judge_example`). Half of the references are drawn at random (of the right kind), so the
+  judge has to read the reference instead of guessing it from the question.
 
 Everything is built offline from a config: a byte-level BPE tokenizer trained on the pool's text, the ChatML
 template of the test zoo (with `enable_thinking`), Qwen2-VL's processor without its video part (no torchvision),
@@ -20,15 +24,16 @@ images of 168 x 112 pixels = 6 x 4 image tokens, one per cell of the pool's obje
 `trl.SFTTrainer` on prompt-completion data in two phases, fixed seeds, float32, CPU:
 
 1. from scratch, 4,000 images: image questions (loss on the answer) and judge prompts (loss on the whole
-   sequence, which is how a model this small learns to copy the two values; see `judge_prompt_loss_collator`);
-2. 1,200 further images: judge prompts and image questions in alternating batches, loss on the completion only.
-   After phase 1 the judge copies both values but writes "Agreed: none" to equal ones too; phase 2 teaches
-   the comparison.
+   sequence, which is how a model this small learns to copy values; see `judge_prompt_loss_collator`);
+2. further images: judge prompts and image questions in alternating batches, loss on the completion only.
+   After phase 1 the judge copies values but writes "Agreed: none" to equal ones too; phase 2 teaches the
+   comparison. `--init-from` runs phase 2 alone on a trained model.
 
-Measured with the defaults on the 2-core development machine (idle, 2 torch threads): 17.0 min of training
-(phase 1 12.4, phase 2 4.6) and under a minute of evaluation; the shipped model is that run's output. The
-evaluation the script prints after training (and stores in `rsgen_training.json` and the model card) is on
-pool seed EVAL_SEED, which training never saw.
+The shipped model is the from-scratch model of commit 7c85780 (17.0 min; it answered in the pool's forms and
+judged digits only) continued three times with `--init-from` (15.8, 6.4 and 6.1 min on the idle 2-core
+development machine); docs/demo.md has the commands, `rsgen_training.json` every run's arguments. The evaluation
+the script prints after training (and stores in `rsgen_training.json` and the model card) is on pool seed
+EVAL_SEED, which training never saw.
 """
 
 from __future__ import annotations
@@ -646,7 +651,8 @@ def write_model_card(output: Path, record: dict) -> None:
     chain = training_chain(record)
     continues = len(chain) - 1
     (output / "README.md").write_text(MODEL_CARD.format(
-        continued=f" and continued {continues} time{'s' * (continues > 1)} (`--init-from`)" if continues else "",
+        continued=f" and continued {('once', 'twice')[continues - 1] if continues < 3 else f'{continues} times'}"
+                  " (`--init-from`)" if continues else "",
         params=record["parameters"] / 1e6, minutes=sum(run["train_minutes"] for run in chain),
         rows=sum(run["training_rows"] for run in chain),
         seed=record["train_seed"], qa=evaluation["qa"], eval_images=evaluation["images"],
