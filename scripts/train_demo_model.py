@@ -54,7 +54,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 from rsgen.demo.pool import LETTERS, make_demo_image, mc_option_texts, solve_from_scene  # noqa: E402
+from rsgen.demo.truth import stated_numbers  # noqa: E402
 from rsgen.engine import demo_model_path  # noqa: E402
+from rsgen.judge.calibration import number_word  # noqa: E402
 
 TRAIN_SEED = 1  # pool seed of the training images; `rsgen demo` draws 20261202, the evaluation EVAL_SEED
 EVAL_SEED = 777
@@ -93,8 +95,9 @@ def vqa_examples(seed: int, num_images: int, first_image: int = 0):
             yield png, text, reasoning, spoken_answer(family, question, answer), family
 
 
-_NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-                 "sixteen seventeen eighteen nineteen twenty").split()
+def _spelled(value: int) -> str:
+    """A count as a word (`two`); above twenty, the digits (the pool's numbers rarely go higher)."""
+    return number_word(value) if value <= 20 else str(value)
 
 
 def spoken_answer(family: str, question: str, answer: str) -> str:
@@ -105,9 +108,9 @@ def spoken_answer(family: str, question: str, answer: str) -> str:
     rule depends only on the question and the answer, so greedy decoding follows it (a random share would not be
     learned: greedy picks the majority form)."""
     if family == "CLEVRMath" and int(answer) <= 2:
-        return _NUMBER_WORDS[int(answer)]
+        return _spelled(int(answer))
     if family == "DemoChart" and question.startswith("How many bars"):
-        return f"{_NUMBER_WORDS[int(answer)]} bars"
+        return f"{_spelled(int(answer))} bars"
     if family == "DemoChart" and question.startswith("Which fruit"):
         return f"the {answer}"
     return answer
@@ -158,7 +161,7 @@ def worded_candidate(rng: random.Random, value: str, kind: str, noun: str | None
     bare, with an article or in a sentence (what it says: the letter, or the option's text)."""
     roll = rng.random()
     if kind == "number":
-        word = _NUMBER_WORDS[int(value)] if int(value) < len(_NUMBER_WORDS) else value
+        word = _spelled(int(value))
         # Digits inside a sentence most often: the hardest form to read (the reference's digits are close by).
         spelled = value if rng.random() < 0.7 else word
         forms = [word, f"The answer is {spelled}.", f"I count {spelled}.", f"{spelled}."]
@@ -231,8 +234,8 @@ def judge_example(rng: random.Random, question: str, answer: str) -> tuple[str, 
 
 def _plain(answer: str) -> str:
     """The pool's own form of a spoken answer (`two` -> 2, `five bars` -> 5, `the lime` -> lime)."""
-    head = answer.removeprefix("the ").split(" ")[0]
-    return str(_NUMBER_WORDS.index(head)) if head in _NUMBER_WORDS else head
+    numbers = stated_numbers(answer)
+    return str(int(numbers[0])) if numbers else answer.removeprefix("the ")
 
 
 def completion_text(reasoning: str | None, answer: str) -> str:

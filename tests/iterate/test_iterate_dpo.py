@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
-import yaml
 from datasets import Image, List
+from iterate_helpers import run_iterate, write_demo_iterate_recipe
 
 from rsgen.iterate.held_out import read_held_out
 from rsgen.iterate.train import DPO, _image_sha256, training_rows
@@ -21,31 +18,12 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_dpo_step_follows_the_sft_step_and_makes_the_next_model(tmp_path):
-    recipe = {
-        "model_name_or_path": "rsgen-demo",
-        "output_dir": str(tmp_path / "it"),
-        "sources": [{"dataset_name": "rsgen-demo", "demo_num_images": 16, "demo_seed": 11, "family_column": "family",
-                     "options_column": "options", "source_id_column": "source_id"}],
-        "max_new_tokens": 96,
-        "judge_max_new_tokens": 32,
-        "verifier": "relaxed",
-        "judge_calibration_size": 4,
-        "prepare_num_proc": 1,
-        "explore_samples": 4,
-        "iterate_rounds": 1,
-        "iterate_eval_fraction": 0.25,
-        "iterate_stop_when_worse": False,
-        "iterate_train": {"learning_rate": 1.0e-4, "num_train_epochs": 1, "per_device_train_batch_size": 4,
-                          "logging_steps": 1, "gradient_checkpointing": False},
-        "iterate_dpo": {"learning_rate": 1.0e-5, "beta": 0.1, "num_train_epochs": 1, "per_device_train_batch_size": 2,
-                        "logging_steps": 1, "gradient_checkpointing": False},
-    }
-    path = tmp_path / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "rsgen", "iterate", "--config", str(path)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    run_iterate(write_demo_iterate_recipe(
+        tmp_path, explore_samples=4, iterate_rounds=1,
+        iterate_train={"learning_rate": 1.0e-4, "num_train_epochs": 1, "per_device_train_batch_size": 4,
+                       "logging_steps": 1, "gradient_checkpointing": False},
+        iterate_dpo={"learning_rate": 1.0e-5, "beta": 0.1, "num_train_epochs": 1, "per_device_train_batch_size": 2,
+                     "logging_steps": 1, "gradient_checkpointing": False}))
 
     layout = OutputLayout(tmp_path / "it")
     data = json.loads(layout.iterate_json.read_text())

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import datasets
 import pytest
-import yaml
 from datasets import Image, List
+from iterate_helpers import write_demo_iterate_recipe
 
 from rsgen.engine import demo_model_path
 from rsgen.iterate.held_out import read_held_out
@@ -32,27 +32,14 @@ ROUNDS = 2
 
 
 def write_recipe(tmp: Path, **overrides) -> Path:
-    recipe = {
-        "model_name_or_path": "rsgen-demo",
-        "output_dir": str(tmp / "it"),
-        "sources": [{"dataset_name": "rsgen-demo", "demo_num_images": 16, "demo_seed": 11, "family_column": "family",
-                     "options_column": "options", "source_id_column": "source_id"}],
-        "max_new_tokens": 96,
-        "judge_max_new_tokens": 32,
+    return write_demo_iterate_recipe(tmp, **{
         "verifier": {"CLEVRMath": "relaxed", "DemoChart": "relaxed", "DemoMC": "mc"},
-        "judge_calibration_size": 4,
-        "prepare_num_proc": 1,
         "iterate_rounds": ROUNDS,
-        "iterate_eval_fraction": 0.25,
-        "iterate_stop_when_worse": False,  # the round count must not depend on a few held-out questions
         # A checkpoint every step and several epochs over ~30 pairs: the kill lands between checkpoints.
         "iterate_train": {"learning_rate": 1.0e-4, "num_train_epochs": 4, "per_device_train_batch_size": 2,
                           "logging_steps": 1, "save_steps": 1, "gradient_checkpointing": False},
         **overrides,
-    }
-    path = tmp / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe))
-    return path
+    })
 
 
 def rsgen_iterate(recipe: Path, *extra: str) -> subprocess.Popen:

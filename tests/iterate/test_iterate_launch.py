@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+from iterate_helpers import write_demo_iterate_recipe
 
 from rsgen.layout import OutputLayout
 from rsgen.store import CheckpointStore
@@ -23,27 +23,12 @@ pytestmark = pytest.mark.slow
 
 
 def write_recipe(tmp: Path) -> Path:
-    recipe = {
-        "model_name_or_path": "rsgen-demo",
-        "output_dir": str(tmp / "it"),
-        "sources": [{"dataset_name": "rsgen-demo", "demo_num_images": 24, "demo_seed": 11, "family_column": "family",
-                     "options_column": "options", "source_id_column": "source_id"}],
-        "max_new_tokens": 96,
-        "judge_max_new_tokens": 32,
-        "verifier": "relaxed",
-        "judge_calibration_size": 4,
-        "prepare_num_proc": 1,
-        "checkpoint_every_items": 2,  # parts land often: the kill finds some of round 1's answers on disk
-        "max_batch_size": 2,
-        "iterate_rounds": 1,
-        "iterate_eval_fraction": 0.25,
-        "iterate_stop_when_worse": False,
-        "iterate_train": {"learning_rate": 1.0e-4, "num_train_epochs": 2, "per_device_train_batch_size": 2,
-                          "logging_steps": 1, "save_steps": 4, "gradient_checkpointing": False},
-    }
-    path = tmp / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe))
-    return path
+    return write_demo_iterate_recipe(
+        tmp, num_images=24, iterate_rounds=1,
+        checkpoint_every_items=2,  # parts land often: the kill finds some of round 1's answers on disk
+        max_batch_size=2,
+        iterate_train={"learning_rate": 1.0e-4, "num_train_epochs": 2, "per_device_train_batch_size": 2,
+                       "logging_steps": 1, "save_steps": 4, "gradient_checkpointing": False})
 
 
 def test_two_processes_train_and_a_kill_inside_round_1s_generation_resumes_there(tmp_path):

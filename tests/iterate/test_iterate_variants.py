@@ -5,12 +5,9 @@ stops there and says so in iterate.json, the printed table and the card) and `it
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-import yaml
+from iterate_helpers import run_iterate, write_demo_iterate_recipe
 
 from rsgen.layout import OutputLayout
 
@@ -18,26 +15,11 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_loop_stops_when_the_held_out_rate_falls(tmp_path):
-    recipe = {
-        "model_name_or_path": "rsgen-demo",
-        "output_dir": str(tmp_path / "it"),
-        "sources": [{"dataset_name": "rsgen-demo", "demo_num_images": 16, "demo_seed": 11, "family_column": "family",
-                     "options_column": "options", "source_id_column": "source_id"}],
-        "max_new_tokens": 64,
-        "judge": False,
-        "verifier": "relaxed",
-        "prepare_num_proc": 1,
-        "iterate_rounds": 3,
-        "iterate_eval_fraction": 0.25,
-        "iterate_stop_when_worse": True,
-        "iterate_train": {"learning_rate": 0.5, "num_train_epochs": 1, "per_device_train_batch_size": 4,
-                          "save_strategy": "no", "gradient_checkpointing": False},
-    }
-    path = tmp_path / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe))
-    proc = subprocess.run([sys.executable, "-m", "rsgen", "iterate", "--config", str(path)], cwd=tmp_path,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    path = write_demo_iterate_recipe(
+        tmp_path, max_new_tokens=64, judge=False, iterate_rounds=3, iterate_stop_when_worse=True,
+        iterate_train={"learning_rate": 0.5, "num_train_epochs": 1, "per_device_train_batch_size": 4,
+                       "save_strategy": "no", "gradient_checkpointing": False})
+    proc = run_iterate(path)
     layout = OutputLayout(tmp_path / "it")
     data = json.loads(layout.iterate_json.read_text())
     rates = [r["held_out"]["verifier_rate"] for r in data["rounds"]]
@@ -49,27 +31,10 @@ def test_the_loop_stops_when_the_held_out_rate_falls(tmp_path):
 
 
 def test_iterate_from_base_fine_tunes_the_base_model_every_round(tmp_path):
-    recipe = {
-        "model_name_or_path": "rsgen-demo",
-        "output_dir": str(tmp_path / "it"),
-        "sources": [{"dataset_name": "rsgen-demo", "demo_num_images": 16, "demo_seed": 11, "family_column": "family",
-                     "options_column": "options", "source_id_column": "source_id"}],
-        "max_new_tokens": 64,
-        "judge": False,
-        "verifier": "relaxed",
-        "prepare_num_proc": 1,
-        "iterate_rounds": 2,
-        "iterate_from": "base",
-        "iterate_eval_fraction": 0.25,
-        "iterate_stop_when_worse": False,
-        "iterate_train": {"learning_rate": 1.0e-4, "num_train_epochs": 1, "per_device_train_batch_size": 4,
-                          "save_strategy": "no", "gradient_checkpointing": False},
-    }
-    path = tmp_path / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe))
-    proc = subprocess.run([sys.executable, "-m", "rsgen", "iterate", "--config", str(path)], cwd=tmp_path,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    run_iterate(write_demo_iterate_recipe(
+        tmp_path, max_new_tokens=64, judge=False, iterate_rounds=2, iterate_from="base",
+        iterate_train={"learning_rate": 1.0e-4, "num_train_epochs": 1, "per_device_train_batch_size": 4,
+                       "save_strategy": "no", "gradient_checkpointing": False}))
     layout = OutputLayout(tmp_path / "it")
     data = json.loads(layout.iterate_json.read_text())
     assert [r["model"] for r in data["rounds"]] == ["rsgen-demo", str(layout.model_dir(1)), str(layout.model_dir(2))]
