@@ -43,6 +43,22 @@ KNOWN_RIGHT_PREFIX = KNOWN_RIGHT + ":"
 
 _SAMPLE_SEPARATOR = "#"
 
+# Why a response was never verified: what the engine gave back cannot be an answer. Each is a counted drop of its
+# own, never accepted, never judged, never in a training or DPO view (docs/reasons.md is made from this table).
+REQUEST_REFUSED = "request_refused"
+REQUEST_FAILED = "request_failed"
+NO_CONTENT = "no_content"
+HIT_TOKEN_LIMIT = "hit_token_limit"
+RESPONSE_REASONS: dict[str, str] = {
+    REQUEST_REFUSED: "the server refused the request (400/413: a prompt longer than its context, an image it cannot "
+                     "read); the record keeps the server's message under `refused`",
+    REQUEST_FAILED: "the request failed every retry (5xx, a malformed answer, a timeout) while the server answered "
+                    "others; the record keeps the server's last message under `failed`, and a rerun asks it again",
+    NO_CONTENT: "the server answered with `content: null` and no reasoning: no text at all (a filter, a server bug)",
+    HIT_TOKEN_LIMIT: "the response ended at max_new_tokens (finish_reason `length`, or no EOS): cut off, never "
+                     "accepted whatever it says so far; raise max_new_tokens if many are",
+}
+
 
 class RecordError(RecipeError):
     """A work record that cannot be read as its type (a RecipeError: the command line prints it as one line)."""
@@ -133,13 +149,30 @@ class GenerateRecord(_Record):
     # A server engine's refusal of the request (400/413: e.g. a prompt longer than its context): the server's message;
     # the reason is then request_refused. Written only when set.
     refused: str | None = None
+    # A request that failed every retry (the server's last message); the reason is then request_failed, and the
+    # next run asks it again (`rsgen.store.CheckpointStore.forget_failed`). Written only when set.
+    failed: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
-        if out["refused"] is None:
-            del out["refused"]
+        for optional in ("refused", "failed"):
+            if out[optional] is None:
+                del out[optional]
         return out
 
+
+    @property
+    def drop_reason(self) -> str | None:
+        """Why this response is never verified (one of RESPONSE_REASONS), or None when the verifier decides it."""
+        if self.refused:
+            return REQUEST_REFUSED
+        if self.failed:
+            return REQUEST_FAILED
+        if self.reason == NO_CONTENT:
+            return NO_CONTENT
+        if self.hit_limit:
+            return HIT_TOKEN_LIMIT
+        return None
 
     def decided(self, decision: VerifyRecord) -> GenerateRecord:
         """This response with the verify stage's decision in place of the one made as it was generated."""
@@ -192,10 +225,11 @@ class JudgeRecord(_Record):
     # known_wrong / known_right: the form the candidate was built in (rsgen.judge.calibration: KNOWN_*_FORMS)
     miss: str | None = None
     refused: str | None = None  # a server engine refused the request: its message (the verdict is then UNSURE)
+    failed: str | None = None  # the request failed every retry: the server's last message (asked again next run)
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
-        for optional in ("miss", "refused"):  # only built calibration pairs carry a miss, only refusals a refused
+        for optional in ("miss", "refused", "failed"):  # only built calibration pairs carry a miss, refusals a refused
             if out[optional] is None:
                 del out[optional]
         return out
@@ -222,12 +256,20 @@ class BlindRecord(_Record):
     generated_tokens: int
     model: str
     settings: str  # digest of the verifier settings `solvable` was decided with (rsgen.decisions.verify_settings)
+    failed: str | None = None  # the request failed every retry: the server's last message (asked again next run)
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        if out["failed"] is None:
+            del out["failed"]
+        return out
 
 
-GENERATE_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(GenerateRecord) if f.name != "refused")
+GENERATE_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(GenerateRecord) if f.name not in ("refused", "failed"))
 VERIFY_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(VerifyRecord))
-EXPLORE_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(ExploreRecord) if f.name != "refused")
-JUDGE_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(JudgeRecord) if f.name not in ("miss", "refused"))
+EXPLORE_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(ExploreRecord) if f.name not in ("refused", "failed"))
+JUDGE_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(JudgeRecord)
+                            if f.name not in ("miss", "refused", "failed"))
 
 R = TypeVar("R", bound=_Record)
 

@@ -19,7 +19,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from rsgen.records import CORRECT, UNSURE, WRONG, GenerateRecord, JudgeRecord
+from rsgen.records import (
+    CORRECT,
+    REQUEST_FAILED,
+    RESPONSE_REASONS,
+    UNSURE,
+    WRONG,
+    GenerateRecord,
+    JudgeRecord,
+)
 from rsgen.verify.decision import BAD_INPUT, NO_ANSWER, WRONG_ANSWER
 from rsgen.verify.decisive import decisive_mismatch
 
@@ -45,8 +53,9 @@ class JudgeMissingError(RuntimeError):
 
 
 # Rejections no judge can rescue: nothing was answered, or the reference itself cannot be used (bad_input: never
-# judged, never promoted, never a DPO pair; it stays bad_input in every count).
-UNJUDGEABLE_REASONS = (NO_ANSWER, BAD_INPUT)
+# judged, never promoted, never a DPO pair; it stays bad_input in every count), or the response is no answer at all
+# (refused, failed, content null, cut at the token limit: rsgen.records.RESPONSE_REASONS).
+UNJUDGEABLE_REASONS = (NO_ANSWER, BAD_INPUT, *RESPONSE_REASONS)
 
 
 def needs_judging(generate_record: GenerateRecord) -> bool:
@@ -153,6 +162,8 @@ def route(
             f"QA pair {generate_record.key!r} was rejected by the verifier but has no judge verdict; "
             "run `rsgen judge` (or `rsgen run`) to finish the judge stage"
         )
+    if judge_record.failed:  # the judge's request failed every retry: no verdict yet (the next run asks again)
+        return False, REQUEST_FAILED
     verdict = judge_record.verdict
     if verdict == CORRECT:
         return (True, None) if trusted else (False, WITHHELD)

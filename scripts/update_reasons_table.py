@@ -1,11 +1,12 @@
 """Rewrite the reasons table of docs/reasons.md from the code's own lists (run after adding a reason):
-prepare's drop and merge reasons (rsgen/prepare/reasons.py), the verifiers' (rsgen.verify.REASONS) and routing's
+prepare's drop and merge reasons (rsgen/prepare/reasons.py), the engine's (rsgen.records.RESPONSE_REASONS), the verifiers' (rsgen.verify.REASONS) and routing's
 (rsgen.routing.ROUTING_REASONS). tests/test_reasons_table.py fails while the page is stale."""
 
 import sys
 from pathlib import Path
 
 from rsgen.prepare.reasons import DROP_REASONS, MERGE_REASONS
+from rsgen.records import RESPONSE_REASONS
 from rsgen.routing import ROUTING_REASONS
 from rsgen.verify import REASONS
 
@@ -17,6 +18,7 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "reasons.md"
 def reasons_markdown() -> str:
     entries = [(name, "prepare: dropped", r.means, r.fix) for name, r in DROP_REASONS.items()]
     entries += [(name, "prepare: merged", r.means, r.fix) for name, r in MERGE_REASONS.items()]
+    entries += [(name, "engine: never verified", means, "") for name, means in RESPONSE_REASONS.items()]
     entries += [(name, "verifier: rejected", means, "") for name, means in REASONS.items()]
     entries += [(name, "judge: rejected", means, "") for name, means in ROUTING_REASONS.items()]
     rows = ["| reason | where it is counted | means | what to do |", "| --- | --- | --- | --- |"]

@@ -97,12 +97,15 @@ class BlindStage:
         decision = verify_response(verifier, result.text, list(q.answers), options=list(q.options) or None,
                                    numeric_tolerance=recipe.numeric_tolerance,
                                    timeout_seconds=recipe.math_timeout_seconds)
+        # A response that is no answer (refused, failed, cut at the token limit) never makes a pair blind-solvable.
+        solvable = bool(decision.match) and result.drop_reason is None
         self.done += 1
-        self.solvable += bool(decision.match)
+        self.solvable += solvable
         return BlindRecord(key=q.id, id=q.id, family=q.family, question=q.question, response=result.text,
-                           extracted=decision.extracted, solvable=bool(decision.match), verifier=verifier,
+                           extracted=decision.extracted, solvable=solvable, verifier=verifier,
                            options=len(q.options), generated_tokens=result.generated_tokens,
-                           model=recipe.model_name_or_path, settings=self.settings).to_json()
+                           model=recipe.model_name_or_path, settings=self.settings,
+                           failed=result.failed or None).to_json()
 
     def progress(self, record: dict[str, Any]) -> dict:
         return {"blind-solvable": f"{self.solvable / max(self.done, 1):.1%}"}

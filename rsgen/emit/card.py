@@ -239,6 +239,13 @@ def tokens_table(stats: dict[str, Any]) -> str:
     if by_stage:
         parts = ", ".join(f"{stage} {_n(t['prompt'])} / {_n(t['completion'])}" for stage, t in by_stage.items())
         text += ["", f"Tokens by stage, prompt / completion (engine `{stats.get('engine', 'transformers')}`): {parts}."]
+    requests = stats.get("server_requests")
+    if requests:
+        text += ["", "Requests to the server by stage: " + "; ".join(
+            f"{stage} {_n(c['requests'])} (retries {_n(sum(c['retries'].values()))}"
+            + (" — " + ", ".join(f"{cause} {_n(n)}" for cause, n in c["retries"].items()) if c["retries"] else "")
+            + f"; failed {_n(c['failed'])}, refused {_n(c['refused'])}, content null {_n(c['no_content'])})"
+            for stage, c in requests.items()) + "."]
     samples = sum(f["tokens"]["samples"] for f in stats["families"].values())
     with_reasoning = sum(f["tokens"].get("with_reasoning", samples) for f in stats["families"].values())
     if stats["generation"]["enable_thinking"] and samples and not with_reasoning:

@@ -19,6 +19,7 @@ from rsgen.emit import STAGE
 from rsgen.emit.explored import PASS_RATE_BINS
 from rsgen.emit.splits import FamilyRouting
 from rsgen.emit.trl_views import VIEWS
+from rsgen.layout import OutputLayout
 from rsgen.records import CORRECT, UNSURE, WRONG
 from rsgen.routing import judge_trusted, recall, specificity
 from rsgen.schema import split_features
@@ -327,6 +328,21 @@ def tokens_by_stage(families: dict[str, dict[str, Any]]) -> dict[str, dict[str, 
     return out
 
 
+def server_requests(output_dir: str) -> dict[str, dict[str, Any]] | None:
+    """Per stage that asked a server (the openai engine): requests, retries by cause, and the drops (failed,
+    refused, content null), summed over every run and rank (rsgen.store.read_server_counts). None: no server."""
+    from rsgen.store import read_server_counts
+
+    layout = OutputLayout(output_dir)
+    out = {}
+    for stage, directory in (("generate", layout.generate_work), ("explore", layout.explore_work),
+                             ("judge", layout.judge_work), ("blind", layout.blind_work)):
+        counts = read_server_counts(directory) if directory.is_dir() else None
+        if counts is not None:
+            out[stage] = counts
+    return out or None
+
+
 def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: dict[str, Any] | None,
                 report: dict[str, Any] | None, work_records_outside_pool: int) -> dict[str, Any]:
     accepted = sum(f["accepted_qa"] for f in families.values())
@@ -375,6 +391,8 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
         "engine": recipe.engine,
         # Prompt and completion tokens summed per stage (as the engine reported them: `usage` for a server).
         "tokens_by_stage": tokens_by_stage(families),
+        # The openai engine: requests per stage, retries by cause, failed / refused / content-null drops.
+        "server_requests": server_requests(recipe.output_dir),
         "work_records_outside_pool": work_records_outside_pool,
         "blind_check": recipe.blind_check,
         "cleaning_policy": cleaning_policy(report),

@@ -10,9 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-# The reason of a QA pair whose request a server refused (GenerationResult.refused): a counted drop, its record
-# keeping the server's message under "refused".
-REQUEST_REFUSED = "request_refused"
+from rsgen.records import HIT_TOKEN_LIMIT, NO_CONTENT, REQUEST_FAILED, REQUEST_REFUSED
 
 
 @dataclass
@@ -43,6 +41,22 @@ class GenerationResult:
     hit_limit: bool  # no EOS within max_new_tokens
     sample_key: str | None = None  # which of the request's `sample_keys` this response is (None without them)
     refused: str | None = None  # a server engine's refusal of this request (its message): no text, a counted drop
+    failed: str | None = None  # a server engine's last message after every retry failed: no text, a counted drop
+    no_content: bool = False  # the server answered `content: null` with no reasoning: no text, a counted drop
+
+    @property
+    def drop_reason(self) -> str | None:
+        """Why this response is never verified (rsgen.records.RESPONSE_REASONS), or None when it is an answer.
+        A response cut at the token limit is never accepted, whatever engine made it and whatever it says."""
+        if self.refused:
+            return REQUEST_REFUSED
+        if self.failed:
+            return REQUEST_FAILED
+        if self.no_content:
+            return NO_CONTENT
+        if self.hit_limit:
+            return HIT_TOKEN_LIMIT
+        return None
 
 
 @dataclass
@@ -58,8 +72,11 @@ class EngineStats:
     generate_seconds: float = 0.0  # inside model.generate
     wait_seconds: float = 0.0  # main thread waiting for a batch to be prepared
     oom_splits: int = 0
-    retries: int = 0  # server engines: requests asked again (connection errors, 429, 5xx)
+    retries: int = 0  # server engines: requests asked again (connection errors, timeouts, 429, 5xx, malformed)
+    retries_by_cause: dict[str, int] = field(default_factory=dict)  # the same, by cause (RETRY_CAUSES)
     refused: int = 0  # server engines: requests the server refused (recorded as drops)
+    failed: int = 0  # server engines: requests that failed every retry (recorded as drops, asked again next run)
+    no_content: int = 0  # server engines: answers with `content: null` (recorded as drops)
     in_flight_peak: int = 0  # server engines: most requests in flight at once
 
     @property

@@ -13,13 +13,20 @@ How a request travels:
   `chat_template_kwargs` travel in the body only when non-empty (hosted APIs refuse unknown fields).
 - Keys are spread over the servers of `engine_base_url` by a hash of the request key: a key always goes to the same
   server (a question's samples share that server's prefix cache).
-- Reasoning the server returns apart (`reasoning_content` / `reasoning`) is put back as `<think>…</think>answer`,
-  so responses read the same as from the transformers engine. `finish_reason == "length"` is `hit_limit`; `usage`
-  gives the token counts.
-- Connection errors, timeouts, 429 (honouring `Retry-After`) and 5xx are retried with exponential backoff, up to
-  `max_retries`; then `EngineUnavailable` ends the stage with one line (every finished record is on disk already).
-  A request the server refuses (400 or 413: a prompt longer than its context, an image it cannot read) is not
-  retried: its result carries the server's message in `refused`, and the stage records it as a counted drop.
+- Reasoning the server returns apart (`reasoning_content`, or `reasoning` when that is absent or empty) is put back
+  as `<think>…</think>answer`, so responses read the same as from the transformers engine. A content given as a
+  list of text parts is read as their text. `finish_reason == "length"` is `hit_limit` (never accepted: reason
+  `hit_token_limit`); `content: null` with no reasoning is `no_content` (a drop of its own, with a warning);
+  `usage` gives the token counts.
+- Connection errors, timeouts, 429 (honouring `Retry-After`), 5xx and malformed answers (not JSON, not a chat
+  completion, a field of the wrong type) are retried with exponential backoff, up to `max_retries`, and logged
+  (a line a minute, counts by cause). A request that fails every try while the server answers others is a counted
+  drop (`failed`: the server's last message; the next run asks it again); a server nothing listens at any more, or
+  `FAILED_IN_A_ROW` such failures with no answer between them, mean the server is gone: `EngineUnavailable` ends the stage with one line (every finished
+  record is on disk already). A request the server refuses (400 or 413: a prompt longer than its context, an
+  image it cannot read) is not retried: its result carries the server's message in `refused`, a counted drop.
+- Every message of a server is scrubbed of the API key (and of any `Bearer` token) before it is logged, raised or
+  stored: a server that echoes the request's headers leaks nothing.
 
 The HTTP client is `aiohttp` on an event loop in a background thread: `bench/bench_server.py` measured it at several
 thousand requests/s per process against a stub that answers at once, an order of magnitude above the `openai`
@@ -62,6 +69,10 @@ RETRY_AFTER_MAX_SECONDS = 300.0
 # A server that refuses this many requests before answering any refuses them all (a field it does not take, a
 # model that cannot read images): one error instead of a dataset of drops.
 REFUSALS_BEFORE_ANY_ANSWER = 16
+# Requests that failed every retry one after the other, with no answer between them: the server is gone, not one
+# request bad. Fewer are drops of their own (asked again by the next run).
+FAILED_IN_A_ROW = 8
+RETRY_LOG_SECONDS = 60.0  # at most one log line a minute about retries (counts by cause)
 # Servers that take sampling fields beyond the OpenAI schema (and read defaults from the model's
 # generation_config.json unless told otherwise): every request pins these too. Detected from `owned_by` of
 # GET /v1/models.
@@ -190,15 +201,45 @@ def server_for(key: str, servers: tuple[str, ...]) -> str:
 # ---------------------------------------------------------------------- response parsing
 
 
+class MalformedResponse(ValueError):
+    """A 200 answer that is not a chat completion as the OpenAI format has it (retried like a 5xx)."""
+
+
+def _text_of(value: Any, field: str) -> str | None:
+    """A message field as text: a string, None, or a list of text parts (the OpenAI format allows it for content)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                       and isinstance(p.get("text"), str) for p in value):
+        return "".join(p["text"] for p in value)
+    raise MalformedResponse(f"message.{field} is neither text nor a list of text parts: {json.dumps(value)[:200]}")
+
+
+def _token_count(usage: dict[str, Any], field: str) -> int:
+    value = usage.get(field)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise MalformedResponse(f"usage.{field} is not a token count: {json.dumps(value)[:200]}")
+    return value
+
+
+def message_parts(message: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(content, reasoning) of a response message, as text or None. Raises MalformedResponse on other types."""
+    content = _text_of(message.get("content"), "content")
+    # vLLM names it `reasoning_content` (older) or `reasoning` (newer); some servers send both, one of them empty.
+    reasoning = _text_of(message.get("reasoning_content"), "reasoning_content") or \
+        _text_of(message.get("reasoning"), "reasoning")
+    return content, reasoning
+
+
 def response_text(message: dict[str, Any], finish_reason: str | None) -> str:
     """The response as the transformers engine gives it: reasoning returned apart is put back inside
     `<think>…</think>` before the answer (left open when the token limit cut the reasoning, as a raw output would
     be); a content that closes a reasoning block it never opened (the chat template opened it in the prompt) gets
     the opening tag back."""
-    content = message.get("content") or ""
-    reasoning = message.get("reasoning_content")
-    if reasoning is None:
-        reasoning = message.get("reasoning")
+    content, reasoning = message_parts(message)
+    content = content or ""
     if reasoning:
         if not content and finish_reason == "length":
             return OPEN_TAG + reasoning
@@ -209,27 +250,48 @@ def response_text(message: dict[str, Any], finish_reason: str | None) -> str:
     return content
 
 
-def parse_completion(data: dict[str, Any], sample_key: str | None) -> GenerationResult:
-    """A Chat Completions response -> GenerationResult. Raises ValueError when it is not one."""
+def parse_completion(data: Any, sample_key: str | None) -> GenerationResult:
+    """A Chat Completions response -> GenerationResult. Raises MalformedResponse when it is not one, field types
+    included (a server that answers 200 with a wrong shape is a failure of that try, not of the run)."""
     try:
         choice = data["choices"][0]
         message = choice["message"]
     except (KeyError, IndexError, TypeError):
-        raise ValueError(f"not a chat completion: {json.dumps(data)[:200]}") from None
+        raise MalformedResponse(f"not a chat completion: {json.dumps(data)[:200]}") from None
+    if not isinstance(choice, dict) or not isinstance(message, dict):
+        raise MalformedResponse(f"choices[0].message is not an object: {json.dumps(data)[:200]}")
     finish = choice.get("finish_reason")
+    if finish is not None and not isinstance(finish, str):
+        raise MalformedResponse(f"finish_reason is not text: {json.dumps(finish)[:200]}")
     usage = data.get("usage") or {}
+    if not isinstance(usage, dict):
+        raise MalformedResponse(f"usage is not an object: {json.dumps(usage)[:200]}")
+    content, reasoning = message_parts(message)
     return GenerationResult(
         text=response_text(message, finish),
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        generated_tokens=int(usage.get("completion_tokens") or 0),
+        prompt_tokens=_token_count(usage, "prompt_tokens"),
+        generated_tokens=_token_count(usage, "completion_tokens"),
         hit_limit=finish == "length",
         sample_key=sample_key,
+        no_content=content is None and not reasoning,
     )
 
 
-def server_message(status: int, text: str) -> str:
+_BEARER_RE = re.compile(r"(Bearer\s+)[^\s\"',;}\]]+", re.IGNORECASE)
+SCRUBBED = "***"
+
+
+def scrub(text: str, api_key: str | None) -> str:
+    """`text` with the API key and any `Bearer` token replaced by ***: a server may echo the request's headers in
+    its error messages, and those end up in logs, exceptions and records."""
+    if api_key:
+        text = text.replace(api_key, SCRUBBED)
+    return _BEARER_RE.sub(lambda m: m.group(1) + SCRUBBED, text)
+
+
+def server_message(status: int, text: str, api_key: str | None = None) -> str:
     """The server's own words for an error response, on one line (`{"error": {"message": ...}}`, `{"detail":
-    ...}`, `{"message": ...}` or plain text)."""
+    ...}`, `{"message": ...}` or plain text), scrubbed of the key (`scrub`)."""
     message: Any = text
     try:
         data = json.loads(text)
@@ -243,7 +305,7 @@ def server_message(status: int, text: str) -> str:
             message = error
         if isinstance(data.get("detail"), (str, list)):
             message = data["detail"]
-    return f"HTTP {status}: " + " ".join(str(message).split())[:500]
+    return f"HTTP {status}: " + scrub(" ".join(scrub(str(message), api_key).split()), api_key)[:500]
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -285,17 +347,18 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-async def _list_models(session, base_url: str) -> list[dict[str, Any]]:
+async def _list_models(session, base_url: str, api_key: str | None) -> list[dict[str, Any]]:
     async with session.get(base_url.rstrip("/") + "/models") as resp:
         text = await resp.text()
         if resp.status != 200:
-            raise RecipeError(f"engine server {base_url} answered GET /models with {server_message(resp.status, text)}"
-                              "; check engine_base_url and engine_api_key_env")
+            raise RecipeError(f"engine server {base_url} answered GET /models with "
+                              f"{server_message(resp.status, text, api_key)}; check engine_base_url and "
+                              "engine_api_key_env")
         try:
             return list(json.loads(text)["data"])
         except (ValueError, KeyError, TypeError):
             raise RecipeError(f"engine server {base_url} answered GET /models with something that is not a model "
-                              f"list ({text[:200]!r}); engine_base_url must end in the API root, e.g. "
+                              f"list ({scrub(text[:200], api_key)!r}); engine_base_url must end in the API root, e.g. "
                               "http://HOST:8000/v1") from None
 
 
@@ -311,9 +374,9 @@ def check_servers(base_urls: Iterable[str], model: str, api_key: str | None, tim
         async with aiohttp.ClientSession(timeout=timeout, headers=_headers(api_key)) as session:
             for url in base_urls:
                 try:
-                    models = await _list_models(session, url)
+                    models = await _list_models(session, url, api_key)
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
-                    raise RecipeError(f"engine server {url} is unreachable ({_describe(err)}); start the server "
+                    raise RecipeError(f"engine server {url} is unreachable ({_describe(err, api_key)}); start the server "
                                       "or fix engine_base_url (or set engine_server to let rsgen start one)") from None
                 served = [str(m.get("id")) for m in models if isinstance(m, dict)]
                 if model not in served:
@@ -337,10 +400,23 @@ def check_servers(base_urls: Iterable[str], model: str, api_key: str | None, tim
     return asyncio.run(check())
 
 
-def _describe(err: BaseException) -> str:
+def _describe(err: BaseException, api_key: str | None) -> str:
     if isinstance(err, asyncio.TimeoutError):
         return "timed out"
-    return " ".join(f"{type(err).__name__}: {err}".split())[:300]
+    return scrub(" ".join(f"{type(err).__name__}: {err}".split()), api_key)[:300]
+
+
+def _retry_cause(err: BaseException | None, status: int | None) -> str:
+    """The cause a retry is counted under (the log line and stats.json): timeout, connection, 429, 5xx, malformed."""
+    if isinstance(err, asyncio.TimeoutError):
+        return "timeout"
+    if err is not None:
+        return "connection"
+    if status == 200:
+        return "malformed"
+    if status == 429:
+        return "429"
+    return "5xx" if status and status >= 500 else str(status)
 
 
 # ---------------------------------------------------------------------- the engine
@@ -392,7 +468,10 @@ class OpenAIEngine:
         self.stats = EngineStats()
         self.revision: str | None = None  # a server does not say which commit it loaded
         self.answered = 0
+        self.failed_in_a_row = 0
         self.in_flight_seconds = 0.0  # integral of requests in flight over time (mean concurrency = / wall)
+        self._retries_unlogged: dict[str, int] = {}
+        self._retries_logged_at = time.monotonic()
 
     def __repr__(self) -> str:
         return f"OpenAIEngine(servers={self.servers!r}, model={self.decoding.model!r})"
@@ -422,39 +501,69 @@ class OpenAIEngine:
                                ensure_ascii=False).encode("utf-8")) for k in keys]
 
     async def _post(self, session, url: str, body: bytes, sample_key: str | None) -> GenerationResult:
-        """POST one body with retries. Returns the result; raises _Refused or EngineUnavailable."""
+        """POST one body with retries. Returns the result (`failed` set when every try failed); raises _Refused,
+        or EngineUnavailable on an answer that means no request can succeed (401, 404, ...)."""
         import aiohttp
 
         endpoint = url + "/chat/completions"
         problem = ""
         for attempt in range(self.max_retries + 1):
             delay = None
+            error: BaseException | None = None
+            status: int | None = None
             try:
                 async with session.post(endpoint, data=body, headers={"Content-Type": "application/json"}) as resp:
+                    status = resp.status
                     text = await resp.text()
-                    if resp.status == 200:
+                    if status == 200:
                         try:
                             return parse_completion(json.loads(text), sample_key)
-                        except ValueError as err:
-                            problem = f"an answer that is not a chat completion ({err})"
-                    elif resp.status in REFUSED_STATUSES:
-                        raise _Refused(server_message(resp.status, text))
-                    elif resp.status in RETRY_STATUSES:
-                        problem = server_message(resp.status, text)
+                        except ValueError as err:  # MalformedResponse, or not JSON at all
+                            problem = self._scrub(f"an answer that is not a chat completion ({err})")[:500]
+                    elif status in REFUSED_STATUSES:
+                        raise _Refused(server_message(status, text, self._api_key))
+                    elif status in RETRY_STATUSES:
+                        problem = server_message(status, text, self._api_key)
                         delay = retry_after_seconds(resp.headers.get("Retry-After"))
                     else:  # 401/403 (key), 404 (URL or model), 422 (a field it does not take): every request fails
-                        raise EngineUnavailable(f"engine server {url} answered {server_message(resp.status, text)}; "
-                                                "check engine_base_url, engine_api_key_env and model_name_or_path")
+                        raise EngineUnavailable(f"engine server {url} answered "
+                                                f"{server_message(status, text, self._api_key)}; check "
+                                                "engine_base_url, engine_api_key_env and model_name_or_path")
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
-                problem = _describe(err)
+                error = err
+                problem = _describe(err, self._api_key)
             if attempt == self.max_retries:
                 break
-            self.stats.retries += 1
+            self._count_retry(_retry_cause(error, status))
             await asyncio.sleep(delay if delay is not None else backoff_seconds(attempt))
-        raise EngineUnavailable(
-            f"engine server {url} failed {self.max_retries + 1} times in a row (last: {problem}); every finished "
-            "record is on disk: rerun the same command once the server answers again"
-        )
+        if isinstance(error, aiohttp.ClientConnectorError):  # nothing listens any more: the server is gone
+            raise EngineUnavailable(
+                f"engine server {url} failed {self.max_retries + 1} times in a row (last: {problem}); every finished "
+                "record is on disk: rerun the same command once the server answers again")
+        return GenerationResult("", 0, 0, hit_limit=False, sample_key=sample_key,
+                                failed=f"{self.max_retries + 1} tries failed (last: {problem})")
+
+    def _scrub(self, text: str) -> str:
+        return scrub(text, self._api_key)
+
+    def _count_retry(self, cause: str) -> None:
+        """Count a retry by cause; at most once a minute, log the retries since the last line (event loop thread)."""
+        self.stats.retries += 1
+        by_cause = self.stats.retries_by_cause
+        by_cause[cause] = by_cause.get(cause, 0) + 1
+        self._retries_unlogged[cause] = self._retries_unlogged.get(cause, 0) + 1
+        now = time.monotonic()
+        if now - self._retries_logged_at >= RETRY_LOG_SECONDS:
+            self._log_retries(now)
+
+    def _log_retries(self, now: float) -> None:
+        if self._retries_unlogged:
+            counts = ", ".join(f"{cause} {n}" for cause, n in sorted(self._retries_unlogged.items()))
+            logger.warning("engine server: %d retries in the last %.0f s (%s); %d in all so far",
+                           sum(self._retries_unlogged.values()), now - self._retries_logged_at, counts,
+                           self.stats.retries)
+        self._retries_unlogged = {}
+        self._retries_logged_at = now
 
     # ------------------------------------------------------------------ many requests
 
@@ -486,6 +595,10 @@ class OpenAIEngine:
             loop_thread.call(session.close)
             loop_thread.stop()
             self.stats.generate_seconds += time.perf_counter() - start
+            self._log_retries(time.monotonic())
+            if self.stats.no_content:
+                logger.warning("engine server answered %d request(s) with `content: null` and no reasoning: recorded "
+                               "with reason no_content (a content filter, or a server bug)", self.stats.no_content)
 
     def _account(self, in_flight: int, since: float) -> float:
         now = time.perf_counter()
@@ -506,6 +619,19 @@ class OpenAIEngine:
         self.stats.padded_prompt_tokens += result.prompt_tokens
         self.stats.generated_tokens += result.generated_tokens
         self.stats.padded_generated_tokens += result.generated_tokens
+        if result.failed:
+            self.stats.failed += 1
+            self.failed_in_a_row += 1
+            if self.failed_in_a_row >= FAILED_IN_A_ROW:
+                raise EngineUnavailable(
+                    f"engine server {server_for(request.key, self.servers)} failed {self.failed_in_a_row} requests "
+                    f"in a row, each after {self.max_retries + 1} tries (last: request {request.key!r}, "
+                    f"{result.failed}); every finished record is on disk: rerun the same command once the server "
+                    "answers again")
+            logger.warning("request %r failed: %s; recorded as a drop (request_failed), the next run asks it again",
+                           request.key, result.failed)
+            return request, result
+        self.failed_in_a_row = 0
         if result.refused:
             self.stats.refused += 1
             logger.warning("engine server refused request %r: %s (recorded as a drop)", request.key, result.refused)
@@ -514,6 +640,7 @@ class OpenAIEngine:
                                         f"answered none (last: {result.refused}); it cannot take these requests")
         else:
             self.answered += 1
+            self.stats.no_content += result.no_content
         return request, result
 
     async def _open_session(self):

@@ -36,7 +36,7 @@ from typing import Any
 from rsgen import routing
 from rsgen.config import RecipeConfig, RecipeError
 from rsgen.decisions import decided_records
-from rsgen.engine import REQUEST_REFUSED, ChatRequest, build_engine, check_engine
+from rsgen.engine import ChatRequest, build_engine, check_engine
 from rsgen.explore import STAGE
 from rsgen.layout import OutputLayout
 from rsgen.records import (
@@ -128,8 +128,9 @@ class ExploreRound:
         q: PreparedQuestion = request.meta
         recipe = self.recipe
         verifier = recipe.verifier_for(q.family)
-        if result.refused:  # a server refused the request: recorded with its message, never a verified sample
-            decision = rejected(REQUEST_REFUSED, None)
+        drop = result.drop_reason  # refused, failed, no content, cut at the token limit: never a verified sample
+        if drop:
+            decision = rejected(drop, None)
         else:
             decision = verify_response(verifier, result.text, list(q.answers), options=list(q.options) or None,
                                        numeric_tolerance=recipe.numeric_tolerance,
@@ -154,6 +155,7 @@ class ExploreRound:
             model=recipe.model_name_or_path,
             revision=self.revision,
             refused=result.refused or None,
+            failed=result.failed or None,
         ).to_json()
 
     def progress(self, record: dict[str, Any]) -> dict[str, str]:

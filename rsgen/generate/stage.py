@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsgen.config import RecipeConfig, RecipeError
-from rsgen.engine import REQUEST_REFUSED, ChatRequest, build_engine, check_engine
+from rsgen.engine import ChatRequest, build_engine, check_engine
 from rsgen.generate import STAGE
 from rsgen.layout import OutputLayout
 from rsgen.records import GenerateRecord, read_records, sample_key
@@ -85,7 +85,7 @@ def _requests(prepared: PreparedPool, pending: list[WorkItem]) -> Iterator[ChatR
 
 
 def make_record(item: WorkItem, response, decision, verifier: str, model_id: str,
-                revision: str | None, refused: str | None = None) -> GenerateRecord:
+                revision: str | None) -> GenerateRecord:
     return GenerateRecord(
         key=item.key,
         id=item.id,
@@ -102,7 +102,8 @@ def make_record(item: WorkItem, response, decision, verifier: str, model_id: str
         hit_limit=response.hit_limit,
         model=model_id,
         revision=revision,
-        refused=refused,
+        refused=response.refused or None,
+        failed=response.failed or None,
     )
 
 
@@ -129,8 +130,9 @@ class GenerateStage:
         item: WorkItem = request.meta
         recipe = self.recipe
         verifier = recipe.verifier_for(item.family)
-        if response.refused:  # a server refused the request: a counted drop that keeps the server's message
-            decision = rejected(REQUEST_REFUSED, None)
+        drop = response.drop_reason  # refused, failed, no content, cut at the token limit: never verified
+        if drop:
+            decision = rejected(drop, None)
         else:
             decision = verify_response(
                 verifier,
@@ -143,8 +145,7 @@ class GenerateStage:
         self.generated += 1
         self.accepted += bool(decision.match)
         self.generated_tokens += response.generated_tokens
-        return make_record(item, response, decision, verifier, recipe.model_name_or_path, self.revision,
-                           refused=response.refused or None).to_json()
+        return make_record(item, response, decision, verifier, recipe.model_name_or_path, self.revision).to_json()
 
     def progress(self, record: dict[str, Any]) -> dict:
         elapsed = max(time.perf_counter() - self.start, 1e-9)

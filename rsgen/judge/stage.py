@@ -205,6 +205,8 @@ class JudgeStage:
             model=self.model,
             # A request the server refused: no verdict text (UNSURE), the server's message kept.
             refused=result.refused or None,
+            # A request that failed every retry: UNSURE for now, asked again by the next run.
+            failed=result.failed or None,
         ).to_json()
 
     def progress(self, record: dict[str, Any]) -> dict[str, int]:

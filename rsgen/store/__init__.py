@@ -6,6 +6,7 @@ from rsgen.store.keyed_work import (
     KeyedStage,
     KeyedWorkSummary,
     distributed_state,
+    read_server_counts,
     run_keyed_work,
     shard_for_rank,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "PartWriter",
     "distributed_state",
     "part_damage",
+    "read_server_counts",
     "run_keyed_work",
     "shard_for_rank",
 ]

@@ -30,6 +30,9 @@ PART_SUFFIX = ".jsonl"
 QUARANTINE = "quarantine"  # damaged parts are moved here (work/<stage>/quarantine/)
 _KEY_PREFIX = '{"key": '
 _CRC_TAG = "-crc"  # part names end in -crc<8 hex digits>.jsonl: the CRC-32 of the part's bytes
+# How a failed request's record reads on disk (rsgen.records: GenerateRecord.failed, reason request_failed).
+_FAILED_TEXT = ('"failed": ', '"reason": "request_failed"')
+_FAILED_MARKERS = tuple(marker.encode() for marker in _FAILED_TEXT)
 
 
 class CheckpointStore:
@@ -64,12 +67,14 @@ class CheckpointStore:
         return {rec["key"]: rec for rec in self.iter_records()}
 
     def done_keys(self) -> set[str]:
-        """Keys only: a restart of a large run must not parse gigabytes of responses just to learn what is done.
+        """Keys done, failed requests excepted (`forget_failed`). Keys only: a restart of a large run must not parse gigabytes of responses just to learn what is done.
         Parts write "key" first (see PartWriter.flush), so the key is decoded from the start of each line."""
         keys: set[str] = set()
         decode = json.JSONDecoder().raw_decode
         for part in self.parts():
             for line in self._read_part(part):
+                if _FAILED_TEXT[0] in line or _FAILED_TEXT[1] in line:  # a failed request: asked again
+                    continue
                 if line.startswith(_KEY_PREFIX):
                     keys.add(decode(line, len(_KEY_PREFIX))[0])
                 else:  # a part written by something else: fall back to a full parse
@@ -113,6 +118,34 @@ class CheckpointStore:
             part.unlink()
             fsync_path(self.directory)
         return dropped
+
+    def forget_failed(self) -> int:
+        """Drop the records of requests that failed every retry (a `failed` message, or reason request_failed), so
+        that this run asks them again; returns how many. Main process only. Only parts whose bytes hold the marker
+        are parsed (a JSON string value cannot hold it: its quotes are escaped), so a large store costs one read."""
+        dropped = 0
+        for part in self.parts():
+            try:
+                data = part.read_bytes()
+            except FileNotFoundError:
+                continue
+            if not any(marker in data for marker in _FAILED_MARKERS):
+                continue
+            dropped += self._rewrite_without(part, lambda rec: not (rec.get("failed") or
+                                                                     rec.get("reason") == "request_failed"))
+        return dropped
+
+    def _rewrite_without(self, part: Path, keep: Callable[[dict[str, Any]], bool]) -> int:
+        lines = self._read_part(part)
+        kept = [rec for rec in (json.loads(line) for line in lines) if keep(rec)]
+        if len(kept) == len(lines):
+            return 0
+        if kept:
+            with PartWriter(self.directory, 0, len(kept), float("inf")) as writer:
+                writer.extend(kept)
+        part.unlink()
+        fsync_path(self.directory)
+        return len(lines) - len(kept)
 
     def writer(self, rank: int, every_items: int = 256, every_seconds: float = 60.0) -> PartWriter:
         return PartWriter(self.directory, rank, every_items, every_seconds)

@@ -76,6 +76,53 @@ class KeyedWorkSummary:
     engine: Any = None  # the engine, when work was pending (its `stats` and `revision`)
 
 
+SERVER_COUNTS = "server-counts-rank{rank:05d}.json"  # beside the parts of a stage's store, one file per rank
+
+
+def add_server_counts(directory, rank: int, stats) -> None:
+    """Add what a server engine counted in this run (retries by cause, failed, refused, content null) to the
+    rank's running totals beside the stage's parts: emit sums them per stage into stats.json and the card.
+    Nothing for engines that count no requests to a server."""
+    if not isinstance(getattr(stats, "retries_by_cause", None), dict) or not (
+            stats.retries or stats.failed or stats.refused or stats.no_content or stats.in_flight_peak):
+        return
+    import json
+    import os
+    from pathlib import Path
+
+    path = Path(directory) / SERVER_COUNTS.format(rank=rank)
+    counts = json.loads(path.read_text()) if path.is_file() else {}
+    counts["requests"] = counts.get("requests", 0) + stats.requests
+    for name in ("failed", "refused", "no_content"):
+        counts[name] = counts.get(name, 0) + getattr(stats, name)
+    retries = counts.setdefault("retries", {})
+    for cause, n in stats.retries_by_cause.items():
+        retries[cause] = retries.get(cause, 0) + n
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(counts, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def read_server_counts(directory) -> dict | None:
+    """The counts of `add_server_counts` summed over the ranks (None: no server engine worked here)."""
+    import json
+    from pathlib import Path
+
+    files = sorted(Path(directory).glob("**/" + SERVER_COUNTS.replace("{rank:05d}", "*")))
+    if not files:
+        return None
+    total: dict = {"requests": 0, "failed": 0, "refused": 0, "no_content": 0, "retries": {}}
+    for path in files:
+        counts = json.loads(path.read_text())
+        for name in ("requests", "failed", "refused", "no_content"):
+            total[name] += counts.get(name, 0)
+        for cause, n in counts.get("retries", {}).items():
+            total["retries"][cause] = total["retries"].get(cause, 0) + n
+    total["retries"] = dict(sorted(total["retries"].items()))
+    return total
+
+
 def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine: Callable[[], Any],
                    every_items: int = 256, every_seconds: float = 60.0) -> KeyedWorkSummary:
     """The loop the model stages share: stripe the stage's keys over the ranks, skip keys already in the store,
@@ -91,7 +138,11 @@ def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine
         groups = list(dict.fromkeys(group(k) for k in keys))  # first-seen order: the same on every rank
         my_groups = set(shard_for_rank(groups, state.process_index, state.num_processes))
         mine = [k for k in keys if group(k) in my_groups]
-    done = store.done_keys()
+    done = store.done_keys()  # a record of a request that failed every retry is not done: it is asked again
+    if state.is_main_process:  # and its record goes, so that the new one is the one read (first written wins)
+        forgotten = store.forget_failed()
+        if forgotten:
+            logger.info(f"{stage.name}: {forgotten:,} {stage.unit}(s) whose request failed last time are asked again")
     pending = [k for k in mine if k not in done]
     if state.is_main_process:  # what a rerun found, over every rank's parts
         left = sum(k not in done for k in keys)
@@ -107,15 +158,18 @@ def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine
                    dynamic_ncols=True, mininterval=1.0)
         start = time.perf_counter()
         # SIGTERM/SIGINT end the loop with Interrupted; leaving the `with` flushes every finished record.
-        with interruptible(), store.writer(state.process_index, every_items, every_seconds) as writer, bar:
-            for request, result in engine.generate(stage.requests(pending)):
-                record = stage.record(request, result)
-                writer.add(record)
-                summary.done_now += 1
-                bar.update(1)
-                postfix = stage.progress(record)
-                if postfix:
-                    bar.set_postfix(postfix, refresh=False)
+        try:
+            with interruptible(), store.writer(state.process_index, every_items, every_seconds) as writer, bar:
+                for request, result in engine.generate(stage.requests(pending)):
+                    record = stage.record(request, result)
+                    writer.add(record)
+                    summary.done_now += 1
+                    bar.update(1)
+                    postfix = stage.progress(record)
+                    if postfix:
+                        bar.set_postfix(postfix, refresh=False)
+        finally:
+            add_server_counts(store.directory, state.process_index, getattr(engine, "stats", None))
         summary.seconds = time.perf_counter() - start
     state.wait_for_everyone()
     return summary

@@ -11,7 +11,8 @@ engine's end-to-end tests run a real `transformers serve`.
     python -m rsgen.testing.stub_server --port 8123     # in a process of its own (the benchmark)
 
 `reply(body, n)` decides each answer (n = how many chat requests came before this one): return a dict (200 with
-that JSON) or `(status, json_or_text, headers)`. The default reply is `stub_completion`.
+that JSON) or `(status, json_or_text, headers)`. The default reply is `stub_completion`. `models_reply(headers)`
+may answer GET /v1/models instead of the model list (a `(status, json_or_text, headers)`; None: the list).
 """
 
 from __future__ import annotations
@@ -52,8 +53,18 @@ def _default_reply(body: dict, n: int) -> dict:
     return stub_completion()
 
 
+def _response(answer) -> web.Response:
+    if isinstance(answer, dict):
+        return web.json_response(answer)
+    status, payload, headers = answer
+    if isinstance(payload, (dict, list)):
+        return web.json_response(payload, status=status, headers=headers)
+    return web.Response(status=status, text=str(payload), headers=headers)
+
+
 def build_app(reply: Callable[[dict, int], Any] = _default_reply, models=(STUB_MODEL,), owned_by: str = "stub",
-              record: list | None = None, model_fields: dict | None = None) -> web.Application:
+              record: list | None = None, model_fields: dict | None = None,
+              models_reply: Callable[[dict], Any] | None = None) -> web.Application:
     counter = {"n": 0}
 
     async def chat(request: web.Request) -> web.Response:
@@ -65,14 +76,12 @@ def build_app(reply: Callable[[dict, int], Any] = _default_reply, models=(STUB_M
         answer = reply(body, n)
         if asyncio.iscoroutine(answer):
             answer = await answer
-        if isinstance(answer, dict):
-            return web.json_response(answer)
-        status, payload, headers = answer
-        if isinstance(payload, (dict, list)):
-            return web.json_response(payload, status=status, headers=headers)
-        return web.Response(status=status, text=str(payload), headers=headers)
+        return _response(answer)
 
     async def list_models(request: web.Request) -> web.Response:
+        answer = models_reply(dict(request.headers)) if models_reply else None
+        if answer is not None:
+            return _response(answer)
         return web.json_response({"object": "list", "data": [
             {"id": m, "object": "model", "owned_by": owned_by, **(model_fields or {})} for m in models]})
 
@@ -90,11 +99,12 @@ class StubChatServer:
     """The stub on 127.0.0.1 (a free port), served by an event loop in a daemon thread of this process."""
 
     def __init__(self, reply: Callable[[dict, int], Any] = _default_reply, models=(STUB_MODEL,),
-                 owned_by: str = "stub", port: int | None = None, model_fields: dict | None = None):
+                 owned_by: str = "stub", port: int | None = None, model_fields: dict | None = None,
+                 models_reply: Callable[[dict], Any] | None = None):
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.received: list[dict] = []
-        self._app = build_app(reply, models, owned_by, self.received, model_fields)
+        self._app = build_app(reply, models, owned_by, self.received, model_fields, models_reply)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="stub-server", daemon=True)
         self._runner: web.AppRunner | None = None

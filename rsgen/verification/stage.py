@@ -26,7 +26,6 @@ from typing import Any
 
 from rsgen.config import RecipeConfig, RecipeError
 from rsgen.decisions import describe, same_settings, stored_settings, verify_settings, write_settings
-from rsgen.engine import REQUEST_REFUSED
 from rsgen.layout import OutputLayout
 from rsgen.records import GenerateRecord, VerifyRecord, records_by_key
 from rsgen.references import check_references
@@ -63,8 +62,9 @@ class StoredResponses:
         for request in requests:
             question = self.questions[request.meta.id]
             verifier = recipe.verifier_for(question.family)
-            if request.meta.refused:  # the server refused the request: it stays a counted drop with its reason
-                yield request, (verifier, rejected(REQUEST_REFUSED, None))
+            drop = request.meta.drop_reason  # refused, failed, no content, cut at the token limit: stays a drop
+            if drop:
+                yield request, (verifier, rejected(drop, None))
                 continue
             decision = verify_response(verifier, request.meta.response, list(question.answers),
                                        options=list(question.options) or None,
