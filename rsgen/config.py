@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,9 @@ class RecipeConfig:
     engine_max_retries: int = field(default=5, metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — retries of a request (backoff) on connection errors, 429 (Retry-After) and 5xx before the run stops"})
     engine_server: str | None = field(default=None, metadata={"stage": "model", "pin": "generate", "read_by": MODEL_STAGES, "help": "engine: openai — vllm, sglang or transformers: rsgen starts that server for the model at engine_base_url on each machine and stops it at the end (log: OUTPUT_DIR/work/server.log); null = use the servers as given"})
     engine_server_args: list[str] = field(default_factory=list, metadata={"stage": "model", "pin": "generate", "read_by": MODEL_STAGES, "help": "engine: openai — extra command-line flags of the server rsgen starts, e.g. [--data-parallel-size, '8']"})
+    engine_server_command: list[str] | None = field(default=None, metadata={"stage": "model", "pin": "generate", "read_by": MODEL_STAGES, "help": "engine: openai — the command that starts engine_server, for a server that is not on PATH: a vLLM in its own virtual environment, a container, srun; a list with the placeholders {model} (local path or Hub id), {served_name} (the name requests ask for; without it they ask for {model}), {host} and {port}, e.g. [/opt/vllm-env/bin/vllm, serve, '{model}', --host, '{host}', --port, '{port}', --generation-config, vllm]. null = the built-in command of engine_server"})
+    engine_price_prompt_per_million: float | None = field(default=None, metadata={"stage": "model", "read_by": ("emit",), "help": "engine: openai — price of a million prompt tokens (as the server's `usage` counts them), for the cost per stage in stats.json and on the card; null = no cost shown"})
+    engine_price_completion_per_million: float | None = field(default=None, metadata={"stage": "model", "read_by": ("emit",), "help": "engine: openai — price of a million completion tokens; null = no cost shown"})
     model_revision: str | None = field(default=None, metadata={"stage": "model", "pin": "generate", "read_by": (*MODEL_STAGES, "emit"), "help": "pin a Hub commit of the model"})
     torch_dtype: str = field(default="auto", metadata={"stage": "model", "pin": "generate", "read_by": MODEL_STAGES, "help": "auto = the dtype the checkpoint was saved in; or bfloat16, float16, float32"})
     attn_implementation: str = field(default="auto", metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "auto = flash_attention_2 when flash_attn imports and CUDA is present, else sdpa"})
@@ -373,6 +377,7 @@ def validate_recipe(recipe: RecipeConfig) -> None:
 
 ENGINE_NAMES = ("transformers", "openai")
 ENGINE_SERVERS = ("vllm", "sglang", "transformers")
+SERVER_COMMAND_PLACEHOLDERS = ("model", "served_name", "host", "port")
 
 
 def _validate_engine(recipe: RecipeConfig) -> None:
@@ -384,6 +389,24 @@ def _validate_engine(recipe: RecipeConfig) -> None:
     if recipe.engine_server and recipe.engine != "openai":
         raise RecipeError(f"engine_server: {recipe.engine_server} starts a server for engine: openai; set "
                           "engine: openai (or engine_server: null)")
+    command = recipe.engine_server_command
+    if command is not None:
+        if not recipe.engine_server:
+            raise RecipeError("engine_server_command starts the server of engine_server; set engine_server to the kind "
+                              "it starts (vllm, sglang or transformers), or remove engine_server_command")
+        if (not isinstance(command, list) or not command or not all(isinstance(a, (str, int, float)) for a in command)
+                or (len(command) == 1 and len(str(command[0]).split()) > 1)):  # one string: not split by a shell
+            raise RecipeError(f"engine_server_command must be a non-empty list of arguments, got {command!r}; e.g. "
+                              "[/opt/vllm-env/bin/vllm, serve, '{model}', --host, '{host}', --port, '{port}']")
+        for arg in command:
+            unknown = set(re.findall(r"{([^{}]*)}", str(arg))) - set(SERVER_COMMAND_PLACEHOLDERS)
+            if unknown:
+                raise RecipeError(f"engine_server_command: {arg!r} has the placeholder {{{sorted(unknown)[0]}}}; "
+                                  f"the placeholders are {', '.join('{' + k + '}' for k in SERVER_COMMAND_PLACEHOLDERS)}")
+    for key in ("engine_price_prompt_per_million", "engine_price_completion_per_million"):
+        price = getattr(recipe, key)
+        if price is not None and (isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0):
+            raise RecipeError(f"{key} must be a price >= 0 per million tokens (or null), got {price!r}")
     for key in ("engine_base_url", "engine_judge_base_url"):
         urls = getattr(recipe, key)
         if urls is None:

@@ -126,8 +126,11 @@ def judge_base_urls(recipe) -> list[str]:
 def served_model_name(recipe, name: str) -> str:
     """The name a server knows model `name` by. `transformers serve MODEL` serves it under the path it was given
     (rsgen gives it the resolved path, the demo model's directory included); vLLM and SGLang started by rsgen get
-    `--served-model-name` = the recipe's name; a server the user started serves what the recipe names."""
-    if recipe.engine_server == "transformers":
+    `--served-model-name` = the recipe's name (an `engine_server_command` without `{served_name}`: the path it was
+    given); a server the user started serves what the recipe names."""
+    from rsgen.engine.server import command_serves_under_its_path
+
+    if recipe.engine_server == "transformers" or command_serves_under_its_path(recipe.engine_server_command):
         return resolve_model_path(name)
     return name
 
@@ -148,7 +151,7 @@ def check_engine(recipe, role: str) -> None:
         if recipe.engine_server:  # rsgen starts the server: it is checked once it answers (rsgen.engine.server)
             from rsgen.engine.server import check_launcher
 
-            check_launcher(recipe.engine_server)
+            check_launcher(recipe.engine_server, recipe.engine_server_command)
             return
         from rsgen.engine.openai_engine import api_key_from_env, check_servers
 

@@ -57,10 +57,31 @@ def serve_command(server: str, model_path: str, served_name: str, host: str, por
     raise RecipeError(f"engine_server must be vllm, sglang or transformers, got {server!r}")
 
 
-def check_launcher(server: str) -> None:
-    """The serving command of `server` is installed here (checked before any work)."""
+def custom_command(command: list, model_path: str, served_name: str, host: str, port: int) -> list[str]:
+    """`engine_server_command` with its placeholders filled in ({model}, {served_name}, {host}, {port})."""
+    values = {"model": model_path, "served_name": served_name, "host": host, "port": str(port)}
+    return [str(arg).format(**values) for arg in command]
+
+
+def command_serves_under_its_path(command: list | None) -> bool:
+    """A custom command that does not name the served model serves it under the path it was given."""
+    return command is not None and not any("{served_name}" in str(arg) for arg in command)
+
+
+def check_launcher(server: str, command: list | None = None) -> None:
+    """The serving command of `server` (or `engine_server_command`) can be run here (checked before any work)."""
+    if command:
+        program = str(command[0])
+        if shutil.which(program) is None:
+            raise RecipeError(f"engine_server_command starts with {program!r}, which is not an executable here "
+                              "(give its full path, e.g. /opt/vllm-env/bin/vllm, or a launcher on PATH: docker, "
+                              "apptainer, srun)")
+        return
     if server == "vllm":
-        ok, fix = shutil.which("vllm") is not None, "pip install vllm"
+        ok = shutil.which("vllm") is not None
+        fix = ("pip install vllm, or set engine_server_command to the command that starts it (a vLLM in its own "
+               "virtual environment, a container, srun), e.g. [/opt/vllm-env/bin/vllm, serve, '{model}', --host, "
+               "'{host}', --port, '{port}', --generation-config, vllm]")
     elif server == "sglang":
         ok, fix = importlib.util.find_spec("sglang") is not None, "pip install 'sglang[all]'"
     elif server == "transformers":
@@ -69,7 +90,7 @@ def check_launcher(server: str) -> None:
     else:
         raise RecipeError(f"engine_server must be vllm, sglang or transformers, got {server!r}")
     if not ok:
-        raise RecipeError(f"engine_server: {server} needs its serving package, which is not installed: {fix} "
+        raise RecipeError(f"engine_server: {server} needs its serving package, which is not installed here: {fix} "
                           "(or start the server yourself and set engine_server: null)")
 
 
@@ -136,10 +157,15 @@ def _die_with_parent() -> None:
 class ManagedServer:
     """A serving process rsgen started: its own process group, its output appended to a log file."""
 
-    def __init__(self, plan: ServerPlan, server: str, extra_args: list[str], log_path: Path):
+    def __init__(self, plan: ServerPlan, server: str, extra_args: list[str], log_path: Path,
+                 command: list | None = None):
         self.plan = plan
         host, port = plan.host_port
-        self.command = serve_command(server, plan.model_path, plan.served_name, host, port, extra_args)
+        if command:
+            self.command = custom_command(command, plan.model_path, plan.served_name, host, port) + \
+                [str(a) for a in extra_args]
+        else:
+            self.command = serve_command(server, plan.model_path, plan.served_name, host, port, extra_args)
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
@@ -150,9 +176,9 @@ class ManagedServer:
                     self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
                 )
-            except FileNotFoundError as err:
-                raise RecipeError(f"cannot start {' '.join(self.command[:3])}: {err.strerror}; install the server "
-                                  "(see docs/engines.md) or set engine_server: null") from None
+            except (FileNotFoundError, PermissionError) as err:
+                raise RecipeError(f"cannot start {' '.join(self.command[:3])}: {err.strerror}; install the server, "
+                                  "set engine_server_command (see docs/engines.md) or set engine_server: null") from None
         logger.info("started %s (pid %d) at %s; its log: %s", server, self.process.pid, plan.base_url, log_path)
 
     def log_tail(self) -> str:
@@ -216,7 +242,8 @@ def serving(recipe, state, roles: tuple[str, ...]) -> Iterator[None]:
         if state.is_local_main_process:
             log = OutputLayout(recipe.output_dir).work / "server.log"
             for plan in plans:
-                started.append(ManagedServer(plan, recipe.engine_server, recipe.engine_server_args, log))
+                started.append(ManagedServer(plan, recipe.engine_server, recipe.engine_server_args, log,
+                                             recipe.engine_server_command))
         for plan in plans:
             own = next((s for s in started if s.plan == plan), None)
             wait_until_healthy(plan.root, own.process if own else None, own.log_tail if own else (lambda: ""))

@@ -141,8 +141,9 @@ class StubChatServer:
 def main() -> None:
     parser = argparse.ArgumentParser(description="a stub OpenAI-compatible chat server that answers at once")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--served-name", default=STUB_MODEL, help="the model name it lists and answers for")
     args = parser.parse_args()
-    web.run_app(build_app(), host="127.0.0.1", port=args.port, access_log=None, print=None)
+    web.run_app(build_app(models=(args.served_name,)), host="127.0.0.1", port=args.port, access_log=None, print=None)
 
 
 if __name__ == "__main__":

@@ -97,3 +97,55 @@ def test_serving_is_a_no_op_without_an_engine_server(tmp_path):
     with serving(RecipeConfig(output_dir=str(tmp_path)), STATE, ("generate", "judge")):
         pass
     assert not (tmp_path / "work").exists()
+
+
+# ---------------------------------------------------------------------- engine_server_command
+
+
+def test_without_vllm_on_path_one_line_names_both_ways(monkeypatch):
+    monkeypatch.setattr(server_module.shutil, "which", lambda name: None)
+    with pytest.raises(RecipeError) as info:
+        check_launcher("vllm")
+    message = str(info.value)
+    assert "\n" not in message and "pip install vllm" in message and "engine_server_command" in message
+    with pytest.raises(RecipeError, match="'/nowhere/vllm', which is not an executable here"):
+        check_launcher("vllm", ["/nowhere/vllm", "serve", "{model}"])
+
+
+def test_engine_server_command_is_checked_when_the_recipe_loads():
+    from rsgen.config import recipe_from_dict
+
+    base = {"engine": "openai", "model_name_or_path": "org/vlm", "engine_server": "vllm"}
+    with pytest.raises(RecipeError, match="placeholder {gpu}; the placeholders are {model}, {served_name}"):
+        recipe_from_dict({**base, "engine_server_command": ["vllm", "serve", "{model}", "--gpu", "{gpu}"]})
+    with pytest.raises(RecipeError, match="set engine_server to the kind it starts"):
+        recipe_from_dict({**base, "engine_server": None, "engine_server_command": ["vllm", "serve", "{model}"]})
+    with pytest.raises(RecipeError, match="must be a non-empty list"):
+        recipe_from_dict({**base, "engine_server_command": "vllm serve {model}"})
+
+
+def test_a_command_without_served_name_serves_the_model_under_its_path():
+    from rsgen.engine import engine_spec
+    from rsgen.engine.models import resolve_model_path
+
+    with_name = _recipe(engine_server_command=["v", "serve", "{model}", "--served-model-name", "{served_name}"])
+    assert engine_spec(with_name, "generate").served_model == "org/vlm"
+    without = _recipe(engine_server_command=["v", "serve", "{model}"])
+    assert engine_spec(without, "generate").served_model == resolve_model_path("org/vlm")
+    command = server_module.custom_command(["srun", "-N1", "v", "{model}", "--port={port}", "{host}"], "/m", "n",
+                                           "127.0.0.1", 8123)
+    assert command == ["srun", "-N1", "v", "/m", "--port=8123", "127.0.0.1"]
+
+
+@pytest.mark.slow  # starts a process
+def test_serving_runs_the_engine_server_command_with_its_placeholders(tmp_path):
+    port = free_port()
+    recipe = RecipeConfig(engine="openai", engine_server="vllm", model_name_or_path=STUB_MODEL,
+                          engine_base_url=[f"http://127.0.0.1:{port}/v1"], output_dir=str(tmp_path), judge=False,
+                          engine_server_command=[sys.executable, "-m", "rsgen.testing.stub_server", "--port", "{port}",
+                                                 "--served-name", "{served_name}"])
+    with serving(recipe, STATE, ("generate",)):
+        assert _listening(port)
+    assert not _listening(port)
+    assert f"rsgen.testing.stub_server --port {port} --served-name {STUB_MODEL}" in \
+        (tmp_path / "work" / "server.log").read_text()
