@@ -239,6 +239,13 @@ def tokens_table(stats: dict[str, Any]) -> str:
     if by_stage:
         parts = ", ".join(f"{stage} {_n(t['prompt'])} / {_n(t['completion'])}" for stage, t in by_stage.items())
         text += ["", f"Tokens by stage, prompt / completion (engine `{stats.get('engine', 'transformers')}`): {parts}."]
+    cost = stats.get("cost")
+    if cost:
+        price = cost["price_per_million"]
+        text += ["", f"Cost by stage at {price['prompt'] or 0:g} per million prompt tokens and "
+                 f"{price['completion'] or 0:g} per million completion tokens (the recipe's prices, the engine's "
+                 "token counts): " + ", ".join(f"{stage} {value:,.4f}" for stage, value in cost["stages"].items())
+                 + f"; total {cost['total']:,.4f}."]
     requests = stats.get("server_requests")
     if requests:
         text += ["", "Requests to the server by stage: " + "; ".join(

@@ -328,6 +328,18 @@ def tokens_by_stage(families: dict[str, dict[str, Any]]) -> dict[str, dict[str, 
     return out
 
 
+def cost_by_stage(tokens: dict[str, dict[str, int]], prompt_price: float | None,
+                  completion_price: float | None) -> dict[str, Any] | None:
+    """What the tokens of each stage cost at the recipe's prices per million prompt / completion tokens (None: no
+    price given). A price not given counts as 0."""
+    if prompt_price is None and completion_price is None:
+        return None
+    per_stage = {stage: round((t["prompt"] * (prompt_price or 0) + t["completion"] * (completion_price or 0)) / 1e6, 6)
+                 for stage, t in tokens.items()}
+    return {"price_per_million": {"prompt": prompt_price, "completion": completion_price},
+            "stages": per_stage, "total": round(sum(per_stage.values()), 6)}
+
+
 def server_requests(output_dir: str) -> dict[str, dict[str, Any]] | None:
     """Per stage that asked a server (the openai engine): requests, retries by cause, and the drops (failed,
     refused, content null), summed over every run and rank (rsgen.store.read_server_counts). None: no server."""
@@ -391,6 +403,8 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
         "engine": recipe.engine,
         # Prompt and completion tokens summed per stage (as the engine reported them: `usage` for a server).
         "tokens_by_stage": tokens_by_stage(families),
+        "cost": cost_by_stage(tokens_by_stage(families), recipe.engine_price_prompt_per_million,
+                              recipe.engine_price_completion_per_million),
         # The openai engine: requests per stage, retries by cause, failed / refused / content-null drops.
         "server_requests": server_requests(recipe.output_dir),
         "work_records_outside_pool": work_records_outside_pool,

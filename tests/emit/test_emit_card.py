@@ -196,3 +196,20 @@ def test_the_card_says_so_when_no_response_carries_reasoning(emitted_run):
     for fam in stats["families"].values():
         fam["tokens"]["with_reasoning"] = 0  # as from a hosted model that hides its reasoning
     assert "No response carries reasoning" in tokens_table(stats)
+
+
+def test_prices_in_the_recipe_give_the_cost_per_stage_in_stats_and_on_the_card(tmp_path):
+    write_scripted_run(tmp_path)
+    run_emit(scripted_recipe(tmp_path, engine_price_prompt_per_million=0.5, engine_price_completion_per_million=2.0))
+    layout = OutputLayout(tmp_path)
+    stats = json.loads(layout.stats_json.read_text())
+    tokens, cost = stats["tokens_by_stage"], stats["cost"]
+    for stage, t in tokens.items():
+        assert cost["stages"][stage] == round((t["prompt"] * 0.5 + t["completion"] * 2.0) / 1e6, 6)
+    assert cost["total"] == round(sum(cost["stages"].values()), 6) and cost["total"] > 0
+    text = (layout.dataset / "README.md").read_text()
+    assert (f"Cost by stage at 0.5 per million prompt tokens and 2 per million completion tokens (the recipe's "
+            f"prices, the engine's token counts): generate {cost['stages']['generate']:,.4f}") in text
+    run_emit(scripted_recipe(tmp_path))  # no prices: no cost
+    assert json.loads(layout.stats_json.read_text())["cost"] is None
+    assert "Cost by stage" not in (layout.dataset / "README.md").read_text()
