@@ -100,7 +100,13 @@ class _Record:
     """to_json / from_json shared by the record types (dataclasses)."""
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        # Every field is a scalar: a shallow dict equals dataclasses.asdict, which deep-copies and costs as much as
+        # the rest of writing a record.
+        names = type(self).__dict__.get("_field_order")
+        if names is None:
+            names = tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
+            type(self)._field_order = names
+        return {name: getattr(self, name) for name in names}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str = "a work record"):
