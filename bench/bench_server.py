@@ -214,6 +214,56 @@ def stage_part(num_images: int, concurrency: int, workdir: Path) -> None:
           f"{'meets' if ratio >= STAGE_TARGET else 'MISSES'})")
 
 
+def pacing_part(num_requests: int) -> None:
+    """`engine_max_concurrency: auto` against a STUB of fixed capacity (32 requests at once, 50 ms each, 16 more
+    queued, 429 beyond: at best 640 requests/s) beside every fixed setting; then a STUB rate-limited API (1,200
+    requests a minute, in a sliding second) with and without `engine_requests_per_minute`."""
+    import logging
+
+    from rsgen.engine import openai_engine as oe
+    from rsgen.engine.openai_engine import OpenAIEngine
+    from rsgen.testing.stub_server import STUB_MODEL, CapacityReply, RateLimitedReply, StubChatServer
+
+    logging.getLogger("rsgen").setLevel(logging.ERROR)
+    requests = demo_requests(num_requests)
+
+    def run(reply, **keys):
+        with StubChatServer(reply=reply) as stub:
+            engine = OpenAIEngine(stub.base_url, STUB_MODEL, max_new_tokens=16, **keys)
+            start_time = time.perf_counter()
+            n = sum(1 for _ in engine.generate(requests))
+            return n / (time.perf_counter() - start_time), engine
+
+    print(f"\n== engine_max_concurrency against a STUB of fixed capacity (32 at once, 50 ms each, 16 queued, 429 "
+          f"beyond; at best 640 requests/s; {num_requests} requests)")
+    fixed = {}
+    for concurrency in (8, 16, 32, 64, 128):
+        server = CapacityReply(32, 0.05, 16)
+        fixed[concurrency], _ = run(server, max_concurrency=concurrency)
+        print(f"fixed {concurrency:>4}: {fixed[concurrency]:6.0f} requests/s   (429s from the server: {server.rejected})")
+    server = CapacityReply(32, 0.05, 16)
+    auto_rps, engine = run(server, max_concurrency="auto")
+    best = max(fixed, key=fixed.get)
+    print(f"auto:       {auto_rps:6.0f} requests/s   (429s: {server.rejected}; peak in flight "
+          f"{engine.stats.in_flight_peak}, settled at {engine.adaptive.limit})")
+    ratio = auto_rps / fixed[best]
+    print(f"auto / best fixed setting ({best}): {ratio:.0%} (target: within 10%: {'meets' if ratio >= 0.9 else 'MISSES'})")
+
+    paced_requests = requests[:200]
+    print("\n== a STUB API limited to 1,200 requests a minute (20 in any sliding second), 200 requests, 64 in flight")
+    oe_backoff = oe.BACKOFF_BASE_SECONDS
+    for label, keys in (("no limit set", {}), ("engine_requests_per_minute: 1200", {"requests_per_minute": 1200})):
+        api = RateLimitedReply(1200, window_seconds=1.0)
+        with StubChatServer(reply=api) as stub:
+            engine = OpenAIEngine(stub.base_url, STUB_MODEL, max_new_tokens=16, max_concurrency=64, max_retries=8,
+                                  **keys)
+            start_time = time.perf_counter()
+            n = sum(1 for _, r in engine.generate(paced_requests) if not r.failed)
+            seconds = time.perf_counter() - start_time
+        print(f"{label:<34} {n} answered in {seconds:5.1f} s, 429s from the API: {api.rejected}")
+    oe.BACKOFF_BASE_SECONDS = oe_backoff
+
+
 def real_part(num_requests: int, workdir: Path) -> None:
     from rsgen.testing.stub_server import free_port
     from rsgen.testing.zoo import build_tiny_vlm
@@ -247,10 +297,15 @@ def main() -> None:
     parser.add_argument("--real", action="store_true", help="also measure against a real transformers serve")
     parser.add_argument("--real-requests", type=int, default=48)
     parser.add_argument("--stage-images", type=int, default=800, help="demo images of the generate-stage part")
+    parser.add_argument("--pacing", action="store_true", help="also measure engine_max_concurrency: auto and "
+                        "engine_requests_per_minute against a fixed-capacity and a rate-limited stub")
+    parser.add_argument("--pacing-requests", type=int, default=3000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rsgen-bench-server-") as tmp:
         client_part(args.num_requests, args.concurrency, Path(tmp))
         stage_part(args.stage_images, args.concurrency, Path(tmp))
+        if args.pacing:
+            pacing_part(args.pacing_requests)
         if args.real:
             real_part(args.real_requests, Path(tmp))
 

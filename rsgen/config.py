@@ -111,7 +111,9 @@ class RecipeConfig:
     engine_base_url: list[str] = field(default_factory=lambda: ["http://127.0.0.1:8000/v1"], metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — the server's API root, or a list of servers (a key always goes to the same one)"})
     engine_judge_base_url: list[str] | None = field(default=None, metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — the judge's server(s); null = engine_base_url"})
     engine_api_key_env: str | None = field(default=None, metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — the NAME of the environment variable holding the API key (the key itself is never written anywhere)"})
-    engine_max_concurrency: int = field(default=64, metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — requests in flight per process"})
+    engine_max_concurrency: int | str = field(default=64, metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — requests in flight per process; auto = found while running: more while throughput grows, half on a 429 or a timeout (the server's knee)"})
+    engine_requests_per_minute: float | None = field(default=None, metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — most requests a minute per process, evenly spaced (a hosted API's rate limit); null = no limit"})
+    engine_tokens_per_minute: float | None = field(default=None, metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — most prompt + completion tokens a minute per process (as `usage` counts them); null = no limit"})
     engine_timeout_seconds: float = field(default=600.0, metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — most seconds one request may take"})
     engine_max_retries: int = field(default=5, metadata={"stage": "model", "read_by": MODEL_STAGES, "help": "engine: openai — retries of a request (backoff) on connection errors, 429 (Retry-After) and 5xx before the run stops"})
     engine_server: str | None = field(default=None, metadata={"stage": "model", "pin": "generate", "read_by": MODEL_STAGES, "help": "engine: openai — vllm, sglang or transformers: rsgen starts that server for the model at engine_base_url on each machine and stops it at the end (log: OUTPUT_DIR/work/server.log); null = use the servers as given"})
@@ -246,6 +248,11 @@ def _check_type(name: str, value: Any, f: dataclasses.Field, where: str) -> Any:
     if t.startswith("bool"):
         if not isinstance(value, bool):
             raise RecipeError(f"{where}: key {name!r} must be true or false, got {value!r}")
+    elif t.startswith("int | str"):  # a number or a word (engine_max_concurrency: auto)
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        elif isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise RecipeError(f"{where}: key {name!r} must be an integer or a word, got {value!r}")
     elif t.startswith("int"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise RecipeError(f"{where}: key {name!r} must be an integer, got {value!r}")
@@ -417,8 +424,13 @@ def _validate_engine(recipe: RecipeConfig) -> None:
             if not isinstance(url, str) or not url.startswith(("http://", "https://")):
                 raise RecipeError(f"{key}: {url!r} is not an http(s) URL; give the API root, e.g. "
                                   "http://127.0.0.1:8000/v1")
-    if recipe.engine_max_concurrency < 1:
-        raise RecipeError(f"engine_max_concurrency must be >= 1, got {recipe.engine_max_concurrency}")
+    concurrency = recipe.engine_max_concurrency
+    if concurrency != "auto" and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1):
+        raise RecipeError(f"engine_max_concurrency must be an integer >= 1 or auto, got {concurrency!r}")
+    for key in ("engine_requests_per_minute", "engine_tokens_per_minute"):
+        rate = getattr(recipe, key)
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0):
+            raise RecipeError(f"{key} must be a number > 0 (or null for no limit), got {rate!r}")
     if recipe.engine_max_retries < 0:
         raise RecipeError(f"engine_max_retries must be >= 0, got {recipe.engine_max_retries}")
     if recipe.engine_timeout_seconds <= 0:

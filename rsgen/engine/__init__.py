@@ -64,7 +64,9 @@ class EngineSpec:
     base_urls: tuple[str, ...] = ()
     served_model: str = ""  # the name requests ask for (what the server's GET /v1/models lists)
     api_key_env: str | None = None  # the NAME of the environment variable holding the key
-    max_concurrency: int = 64
+    max_concurrency: int | str = 64  # or "auto" (rsgen.engine.openai_engine.AdaptiveConcurrency)
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
     timeout_seconds: float = 600.0
     max_retries: int = 5
 
@@ -82,6 +84,8 @@ def engine_spec(recipe, role: str) -> EngineSpec:
         max_batch_size=recipe.max_batch_size,
         api_key_env=recipe.engine_api_key_env,
         max_concurrency=recipe.engine_max_concurrency,
+        requests_per_minute=recipe.engine_requests_per_minute,
+        tokens_per_minute=recipe.engine_tokens_per_minute,
         timeout_seconds=recipe.engine_timeout_seconds,
         max_retries=recipe.engine_max_retries,
     )

@@ -423,6 +423,95 @@ def _retry_cause(err: BaseException | None, status: int | None) -> str:
 # ---------------------------------------------------------------------- the engine
 
 
+class AdaptiveConcurrency:
+    """`engine_max_concurrency: auto`: additive increase while throughput grows, multiplicative decrease when the
+    server pushes back (a 429 or a timeout), so that the requests in flight settle at the server's knee.
+
+    Throughput is measured over windows of `max(limit, MIN_WINDOW)` answers: when a window's answers/s beat the
+    best so far by GAIN, the limit grows by STEP; when they do not for PATIENCE windows, it holds (the knee); a
+    429 or a timeout halves it (at most once a window, as a burst of 429s is one signal)."""
+
+    START = 8
+    STEP = 8
+    MAX = 1024
+    GAIN = 1.05
+    PATIENCE = 4  # flat windows before trying one step higher again
+    MIN_WINDOW = 16
+
+    def __init__(self, start: int = START):
+        self.limit = start
+        self.best = 0.0
+        self.flat = 0
+        self.pushed_back = False  # set from the loop's thread on a 429 or a timeout
+        self.window_answers = 0
+        self.window_start: float | None = None  # the first answer starts the first window
+        self.cut_this_window = False
+        self.history: list[tuple[int, float]] = []  # (limit, answers/s) per window, for the benchmark
+
+    def answered(self, now: float | None = None) -> None:
+        """One answer came back (main thread)."""
+        now = time.perf_counter() if now is None else now
+        if self.window_start is None:
+            self.window_start = now
+            return
+        self.window_answers += 1
+        if self.pushed_back and not self.cut_this_window:
+            self.limit = max(1, self.limit // 2)
+            self.cut_this_window = True
+            self.best *= 0.5  # what the smaller limit gives is measured afresh
+        self.pushed_back = False
+        if self.window_answers < max(self.limit, self.MIN_WINDOW):
+            return
+        rate = self.window_answers / max(now - self.window_start, 1e-9)
+        self.history.append((self.limit, rate))
+        if not self.cut_this_window:
+            if rate > self.best * self.GAIN:
+                self.best = rate
+                self.flat = 0
+                self.limit = min(self.MAX, self.limit + self.STEP)
+            else:
+                self.best = max(self.best, rate)
+                self.flat += 1
+                if self.flat >= self.PATIENCE:  # probe above the knee now and then: the server may have grown
+                    self.flat = 0
+                    self.best = rate
+        self.window_answers = 0
+        self.window_start = now
+        self.cut_this_window = False
+
+
+class RatePacer:
+    """`engine_requests_per_minute` / `engine_tokens_per_minute` (hosted APIs): requests leave evenly spaced (never
+    a burst the API answers with a storm of 429s), and while the tokens the server reported (`usage`) over the last
+    minute's budget are spent, none leaves. Used on the loop's thread only."""
+
+    def __init__(self, requests_per_minute: float | None, tokens_per_minute: float | None):
+        self.interval = 60.0 / requests_per_minute if requests_per_minute else 0.0
+        self.tokens_per_second = tokens_per_minute / 60.0 if tokens_per_minute else 0.0
+        self.capacity = float(tokens_per_minute or 0)
+        self.tokens = self.capacity  # a token bucket: full at the start, refilled continuously
+        self.next_send = 0.0
+        self.updated = time.monotonic()
+
+    async def wait(self) -> None:
+        while True:
+            now = time.monotonic()
+            if self.tokens_per_second:
+                self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.tokens_per_second)
+                self.updated = now
+            delay = max(self.next_send - now, 0.0)
+            if self.tokens_per_second and self.tokens <= 0:
+                delay = max(delay, -self.tokens / self.tokens_per_second + 1e-3)
+            if delay <= 0:
+                self.next_send = max(self.next_send, now) + self.interval
+                return
+            await asyncio.sleep(delay)
+
+    def spent(self, tokens: int) -> None:
+        if self.tokens_per_second:
+            self.tokens -= tokens
+
+
 class _Refused(Exception):
     def __init__(self, message: str):
         super().__init__(message)
@@ -446,24 +535,31 @@ class OpenAIEngine:
         seed: int = 0,
         chat_template_kwargs: dict[str, Any] | None = None,
         api_key: str | None = None,
-        max_concurrency: int = 64,
+        max_concurrency: int | str = 64,
         timeout_seconds: float = 600.0,
         max_retries: int = 5,
         server_kind: str = "",
+        requests_per_minute: float | None = None,
+        tokens_per_minute: float | None = None,
     ):
         urls = (base_urls,) if isinstance(base_urls, str) else tuple(base_urls)
         if not urls:
             raise ValueError("the openai engine needs at least one server URL (engine_base_url)")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if max_concurrency < 1 or max_retries < 0 or timeout_seconds <= 0:
-            raise ValueError("engine_max_concurrency must be >= 1, engine_max_retries >= 0, "
+        self.adaptive = AdaptiveConcurrency() if max_concurrency == "auto" else None
+        if self.adaptive is not None:
+            max_concurrency = AdaptiveConcurrency.MAX
+        if not isinstance(max_concurrency, int) or max_concurrency < 1 or max_retries < 0 or timeout_seconds <= 0:
+            raise ValueError("engine_max_concurrency must be >= 1 or auto, engine_max_retries >= 0, "
                              "engine_timeout_seconds > 0")
         self.servers = tuple(u.rstrip("/") for u in urls)
         self.decoding = Decoding(model, max_new_tokens, temperature, top_p, seed,
                                  tuple(sorted((chat_template_kwargs or {}).items())), server_kind)
         self._api_key = api_key  # kept out of repr, logs and errors
-        self.max_concurrency = max_concurrency
+        self.max_concurrency = max_concurrency  # with `auto`: the most the controller may reach
+        self.pacer = RatePacer(requests_per_minute, tokens_per_minute) if requests_per_minute or tokens_per_minute \
+            else None
         self.timeout_seconds = timeout_seconds
         self.max_retries = max_retries
         self.stats = EngineStats()
@@ -487,7 +583,8 @@ class OpenAIEngine:
                    temperature=spec.temperature, top_p=spec.top_p, seed=spec.seed,
                    chat_template_kwargs=spec.chat_template_kwargs, api_key=api_key,
                    max_concurrency=spec.max_concurrency, timeout_seconds=spec.timeout_seconds,
-                   max_retries=spec.max_retries, server_kind=kind)
+                   max_retries=spec.max_retries, server_kind=kind, requests_per_minute=spec.requests_per_minute,
+                   tokens_per_minute=spec.tokens_per_minute)
 
     # ------------------------------------------------------------------ one request
 
@@ -512,13 +609,18 @@ class OpenAIEngine:
             delay = None
             error: BaseException | None = None
             status: int | None = None
+            if self.pacer is not None:
+                await self.pacer.wait()
             try:
                 async with session.post(endpoint, data=body, headers={"Content-Type": "application/json"}) as resp:
                     status = resp.status
                     text = await resp.text()
                     if status == 200:
                         try:
-                            return parse_completion(json.loads(text), sample_key)
+                            result = parse_completion(json.loads(text), sample_key)
+                            if self.pacer is not None:
+                                self.pacer.spent(result.prompt_tokens + result.generated_tokens)
+                            return result
                         except ValueError as err:  # MalformedResponse, or not JSON at all
                             problem = self._scrub(f"an answer that is not a chat completion ({err})")[:500]
                     elif status in REFUSED_STATUSES:
@@ -550,6 +652,8 @@ class OpenAIEngine:
     def _count_retry(self, cause: str) -> None:
         """Count a retry by cause; at most once a minute, log the retries since the last line (event loop thread)."""
         self.stats.retries += 1
+        if self.adaptive is not None and cause in ("429", "timeout"):
+            self.adaptive.pushed_back = True
         by_cause = self.stats.retries_by_cause
         by_cause[cause] = by_cause.get(cause, 0) + 1
         self._retries_unlogged[cause] = self._retries_unlogged.get(cause, 0) + 1
@@ -578,14 +682,15 @@ class OpenAIEngine:
         done: queue.SimpleQueue = queue.SimpleQueue()  # finished tasks, from the loop's thread
         tasks: set[asyncio.Task] = set()  # touched on the loop's thread only
         session = loop_thread.call(self._open_session)
-        refill_at = max(1, self.max_concurrency // 8)  # free slots worth a hand-over
+        refill_at = max(1, (self.adaptive.START if self.adaptive else self.max_concurrency) // 8)  # a hand-over's worth
         work = self._work(requests)
         exhausted = False
         in_flight = 0
         start = last = time.perf_counter()
         try:
             while True:
-                free = self.max_concurrency - in_flight
+                limit = self.adaptive.limit if self.adaptive is not None else self.max_concurrency
+                free = limit - in_flight
                 if not exhausted and (free >= refill_at or in_flight == 0):
                     batch = list(itertools.islice(work, free))
                     exhausted = len(batch) < free
@@ -672,6 +777,8 @@ class OpenAIEngine:
                            request.key, result.failed)
             return request, result
         self.failed_in_a_row = 0
+        if self.adaptive is not None:
+            self.adaptive.answered()
         if result.refused:
             self.stats.refused += 1
             logger.warning("engine server refused request %r: %s (recorded as a drop)", request.key, result.refused)
@@ -687,7 +794,7 @@ class OpenAIEngine:
         import aiohttp
 
         # One connection per request in flight to each server; DNS cached; the key in the session's headers only.
-        connector = aiohttp.TCPConnector(limit=self.max_concurrency, limit_per_host=self.max_concurrency,
+        connector = aiohttp.TCPConnector(limit=self.max_concurrency, limit_per_host=self.max_concurrency,  # auto: MAX
                                          ttl_dns_cache=300)
         return aiohttp.ClientSession(connector=connector, headers=_headers(self._api_key),
                                      timeout=aiohttp.ClientTimeout(total=self.timeout_seconds))

@@ -49,6 +49,54 @@ def stub_completion(content: str = "stub answer", reasoning: str | None = None, 
     }
 
 
+class CapacityReply:
+    """A reply for a server of fixed capacity: `capacity` requests worked on at once, each for `seconds`; up to
+    `queue` more wait their turn; beyond that, 429 (Retry-After 1), as a serving engine with a bounded waiting
+    queue or a hosted API answers. Its best throughput is capacity / seconds requests/s."""
+
+    def __init__(self, capacity: int, seconds: float, queue: int):
+        self.capacity, self.seconds, self.queue = capacity, seconds, queue
+        self.waiting = 0
+        self.rejected = 0
+        self._semaphore: asyncio.Semaphore | None = None
+
+    async def __call__(self, body: dict, n: int):
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self.capacity)
+        if self.waiting >= self.capacity + self.queue:
+            self.rejected += 1
+            return 429, {"error": {"message": "server busy"}}, {"Retry-After": "1"}
+        self.waiting += 1
+        try:
+            async with self._semaphore:
+                await asyncio.sleep(self.seconds)
+        finally:
+            self.waiting -= 1
+        return stub_completion()
+
+
+class RateLimitedReply:
+    """A reply for a hosted API's rate limit: at most `per_minute` requests in any sliding minute (scaled: the
+    window is `window_seconds`, the limit per_minute * window_seconds / 60); beyond it, 429 with Retry-After."""
+
+    def __init__(self, per_minute: float, window_seconds: float = 60.0):
+        self.limit = max(1, int(per_minute * window_seconds / 60.0))
+        self.window = window_seconds
+        self.times: list[float] = []
+        self.rejected = 0
+
+    def __call__(self, body: dict, n: int):
+        import time
+
+        now = time.monotonic()
+        self.times = [t for t in self.times if now - t < self.window]
+        if len(self.times) >= self.limit:
+            self.rejected += 1
+            return 429, {"error": {"message": "rate limit reached"}}, {"Retry-After": f"{self.window:.3f}"}
+        self.times.append(now)
+        return stub_completion()
+
+
 def _default_reply(body: dict, n: int) -> dict:
     return stub_completion()
 
