@@ -687,24 +687,30 @@ class OpenAIEngine:
         exhausted = False
         in_flight = 0
         start = last = time.perf_counter()
+
+        def refill(force: bool = False) -> None:
+            """Hand the loop as many new requests as there are free slots, when enough are free."""
+            nonlocal in_flight, exhausted
+            free = (self.adaptive.limit if self.adaptive is not None else self.max_concurrency) - in_flight
+            if exhausted or free <= 0 or not (force or free >= refill_at):
+                return
+            batch = list(itertools.islice(work, free))
+            exhausted = len(batch) < free
+            if batch:
+                loop_thread.loop.call_soon_threadsafe(self._start, loop_thread.loop, session, batch, done, tasks)
+                in_flight += len(batch)
+                self.stats.in_flight_peak = max(self.stats.in_flight_peak, in_flight)
+
         try:
             while True:
-                limit = self.adaptive.limit if self.adaptive is not None else self.max_concurrency
-                free = limit - in_flight
-                if not exhausted and (free >= refill_at or in_flight == 0):
-                    batch = list(itertools.islice(work, free))
-                    exhausted = len(batch) < free
-                    if batch:
-                        loop_thread.loop.call_soon_threadsafe(self._start, loop_thread.loop, session, batch, done,
-                                                              tasks)
-                        in_flight += len(batch)
-                        self.stats.in_flight_peak = max(self.stats.in_flight_peak, in_flight)
+                refill(force=in_flight == 0)
                 if in_flight == 0:
                     break
                 last = self._account(in_flight, last)
                 for task in self._ready(done):
                     in_flight -= 1
                     yield self._take(task)
+                    refill()  # the server is fed while the stage works through the answers already back
         finally:
             loop_thread.call(self._close, session, tasks)
             loop_thread.stop()
