@@ -10,11 +10,13 @@ import dataclasses
 import json
 import logging
 
+import pyarrow.parquet as pq
 import pytest
 from engine_helpers import image_requests
 
 from rsgen.config import RecipeError, recipe_from_dict
 from rsgen.emit.card import tokens_table
+from rsgen.emit.stage import run_emit
 from rsgen.emit.stats import server_requests
 from rsgen.engine import EngineUnavailable, GenerationResult
 from rsgen.engine import openai_engine as oe
@@ -135,6 +137,25 @@ def test_a_request_failing_every_retry_is_a_recorded_drop_and_the_rerun_asks_it_
     assert KEY not in failed[0].failed and "Bearer ***" in failed[0].failed
     counts = server_requests(recipe.output_dir)["generate"]
     assert counts["failed"] == 1 and counts["retries"] == {"5xx": 2} and asked_first == len(records) + 2
+
+    # Emitted now, the failed pair is a counted rejection with its own reason, in no training or DPO view.
+    run_verify(recipe)
+    run_emit(recipe)
+    stats = json.loads(OutputLayout(recipe.output_dir).stats_json.read_text())
+    family = stats["families"][failed[0].family]
+    assert family["rejected_reasons"]["request_failed"] == 1
+    dataset = OutputLayout(recipe.output_dir).dataset / "data"
+    needle = json.dumps(poisoned[0])[1:-1]  # the question as it reads in JSON
+    rejected_text = ""
+    for config in dataset.iterdir():
+        text = "".join(json.dumps(row, default=str) for shard in config.glob("*.parquet")
+                       for row in pq.read_table(shard).drop_columns(
+                           [c for c in pq.read_table(shard).column_names if c in ("image", "images")]).to_pylist())
+        if config.name.endswith(("_sft", "_dpo", "_RS_think", "_RS_nothink")):
+            assert needle not in text, config.name
+        if config.name.endswith("_rejected"):
+            rejected_text += text
+    assert needle in rejected_text and '"reason": "request_failed"' in rejected_text
 
     with StubChatServer(reply=lambda body, n: stub_completion("4"), port=stub.port) as again:
         run_generate(recipe)
