@@ -172,6 +172,7 @@ class RecipeConfig:
     language: list[str] = field(default_factory=lambda: ["en"], metadata={"stage": "emit", "help": "the card's languages"})
     push_to_hub: bool = field(default=False, metadata={"stage": "emit", "help": "upload dataset/ at the end"})
     hub_dataset_id: str | None = field(default=None, metadata={"stage": "emit", "help": "USER/NAME of the dataset repository to upload to"})
+    hub_progress_every_minutes: float = field(default=10.0, metadata={"stage": "emit", "help": "with push_to_hub, push the card's progress section (progress.json as a table) at most this often while the run lasts (0 = only the finished card)"})
     hub_private: bool = field(default=False, metadata={"stage": "emit", "help": "create the repository private"})
     demo: bool = field(default=False, metadata={"stage": "emit", "help": "the card says this is a demo dataset (it always does when the demo model answered or judged)"})
 
@@ -357,6 +358,9 @@ def validate_recipe(recipe: RecipeConfig) -> None:
         raise RecipeError(f"iterate_from must be previous or base, got {recipe.iterate_from!r}")
     if not 0 < recipe.iterate_eval_fraction < 1:
         raise RecipeError(f"iterate_eval_fraction must be between 0 and 1 (exclusive), got {recipe.iterate_eval_fraction!r}")
+    if recipe.hub_progress_every_minutes < 0:
+        raise RecipeError(f"hub_progress_every_minutes must be >= 0 (0 = no progress pushes), got "
+                          f"{recipe.hub_progress_every_minutes}")
     if recipe.push_to_hub and not recipe.hub_dataset_id:
         raise RecipeError("push_to_hub: true needs hub_dataset_id: USER/NAME")
     from rsgen.verify import VERIFIERS  # late import: verify imports nothing from config

@@ -26,6 +26,7 @@ from rsgen.engine.server import serving
 from rsgen.layout import OutputLayout
 from rsgen.lock import locked_output_dir, output_dir_errors, unwritable
 from rsgen.stage import Stage
+from rsgen.store.progress import stage_progress
 
 if TYPE_CHECKING:
     from accelerate import PartialState
@@ -269,12 +270,22 @@ def run_stage(name: str | Stage, recipe: RecipeConfig, state: PartialState | Non
 
 def _run_stage_work(stage: Stage, recipe: RecipeConfig, state: PartialState) -> None:
     started = _now()
-    if stage.every_process or state.is_main_process:
-        stage.run(recipe, state)
-    state.wait_for_everyone()
+    with stage_progress(recipe.output_dir, stage.name, state, [s.name for s in STAGES if s.enabled(recipe)],
+                        last_stage=stage is STAGES[-1], **_hub_progress(recipe)):
+        if stage.every_process or state.is_main_process:
+            stage.run(recipe, state)
+        state.wait_for_everyone()
     if state.is_main_process and OutputLayout(recipe.output_dir).run_json.exists():
         _mark_stage(recipe, stage, started)
     state.wait_for_everyone()
+
+
+def _hub_progress(recipe: RecipeConfig) -> dict[str, Any]:
+    """With push_to_hub, the card's progress section pushed at most every hub_progress_every_minutes."""
+    if not (recipe.push_to_hub and recipe.hub_progress_every_minutes > 0):
+        return {}
+    return {"hub_push": lambda section: emit.push_progress_section(recipe, section),
+            "hub_every_seconds": 60.0 * recipe.hub_progress_every_minutes}
 
 
 def run_pipeline(recipe: RecipeConfig) -> None:

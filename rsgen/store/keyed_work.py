@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from rsgen.interrupt import interruptible
 from rsgen.store.checkpoint import CheckpointStore
+from rsgen.store.progress import keyed_work_progress
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +99,7 @@ def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine
         logger.info(f"{stage.name}: {len(keys) - left:,} of {len(keys):,} {stage.unit}s already done, {left:,} to go")
     summary = KeyedWorkSummary(state.process_index, state.num_processes, total=len(keys), assigned=len(mine),
                                already_done=len(mine) - len(pending))
+    progress = keyed_work_progress(stage, summary)  # this rank's counts, for OUTPUT_DIR/progress.json
     if pending:
         start = time.perf_counter()
         engine = summary.engine = make_engine()
@@ -111,11 +113,13 @@ def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine
             for request, result in engine.generate(stage.requests(pending)):
                 record = stage.record(request, result)
                 writer.add(record)
+                progress.add(record, engine.stats)
                 summary.done_now += 1
                 bar.update(1)
                 postfix = stage.progress(record)
                 if postfix:
                     bar.set_postfix(postfix, refresh=False)
         summary.seconds = time.perf_counter() - start
+    progress.close()
     state.wait_for_everyone()
     return summary
