@@ -17,6 +17,7 @@ import importlib.metadata
 import json
 import logging
 import os
+import shutil
 import tempfile
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ from rsgen.engine.server import serving
 from rsgen.layout import OutputLayout
 from rsgen.lock import locked_output_dir, output_dir_errors, unwritable
 from rsgen.stage import Stage
-from rsgen.store.progress import stage_progress
+from rsgen.store.progress import progress_json, rank_file, stage_progress
 
 if TYPE_CHECKING:
     from accelerate import PartialState
@@ -245,7 +246,14 @@ def _left_as_it_was_on_recipe_error(recipe: RecipeConfig, state: PartialState):
         yield
     except RecipeError:
         made = ({p.name for p in layout.root.iterdir()} if layout.root.is_dir() else set()) - before
-        if state.is_main_process and made == {layout.run_json.name}:
+        # The progress files of the stage that found the error go too (work/ when it holds nothing else).
+        progress, ranks = progress_json(layout.root), rank_file(layout.root, 0).parent
+        only_progress_work = layout.work.name in made and [p.name for p in layout.work.iterdir()] == [ranks.name]
+        bookkeeping = {progress.name, *([layout.work.name] if only_progress_work else [])}
+        if state.is_main_process and made - bookkeeping == {layout.run_json.name}:
+            if only_progress_work:
+                shutil.rmtree(layout.work)
+            progress.unlink(missing_ok=True)
             layout.run_json.unlink()
             if not existed:
                 with contextlib.suppress(OSError):  # only when empty: nothing else is removed

@@ -46,10 +46,11 @@ def table_row(text: str, stage: str) -> list[str]:
 
 
 def demo_recipe(tmp_path, out):
-    """The demo recipe on 4 images; the run is stopped in generate, so nothing after it matters."""
+    """The demo recipe on 2 images; the run is stopped in generate, so nothing after it matters."""
     raw = yaml.safe_load(RECIPE.read_text())
-    raw["sources"][0]["demo_num_images"] = 4
-    raw.update(output_dir=str(out), prepare_num_proc=1, checkpoint_every_items=1)
+    raw["sources"][0]["demo_num_images"] = 2
+    # Small batches (token_budget), so records land a few at a time and the stop comes mid-generate.
+    raw.update(output_dir=str(out), prepare_num_proc=1, checkpoint_every_items=1, token_budget=512)
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -70,7 +71,7 @@ def test_status_of_a_run_stopped_mid_generate(tmp_path, capsys, monkeypatch):
                 data = json.loads(rank0.read_text())
             except (OSError, ValueError):
                 data = {}
-            if data.get("stage") == "generate" and data.get("done_now", 0) >= 3:
+            if data.get("stage") == "generate" and data.get("done_now", 0) >= 2:
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
             time.sleep(0.01)
@@ -85,7 +86,7 @@ def test_status_of_a_run_stopped_mid_generate(tmp_path, capsys, monkeypatch):
     data = read_progress(out)
     gen = data["stages"]["generate"]
     assert data["state"] == "stopped" and data["current_stage"] == "generate" and gen["state"] == "stopped"
-    assert 3 <= gen["done"] == len(generate_records(out)) < gen["total"]
+    assert 2 <= gen["done"] == len(generate_records(out)) < gen["total"]
     text = status(capsys, "--output_dir", str(out))
     assert text.startswith("stopped 0 minutes ago, in generate")
     assert table_row(text, "generate")[:5] == ["generate", "stopped", str(gen["done"]), "/", str(gen["total"])]

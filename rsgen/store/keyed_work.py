@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rsgen.interrupt import interruptible
+from rsgen.interrupt import deferred, interruptible
 from rsgen.store.checkpoint import CheckpointStore
 from rsgen.store.progress import keyed_work_progress
 
@@ -112,8 +112,9 @@ def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine
         with interruptible(), store.writer(state.process_index, every_items, every_seconds) as writer, bar:
             for request, result in engine.generate(stage.requests(pending)):
                 record = stage.record(request, result)
-                writer.add(record)
-                progress.add(record, engine.stats)
+                with deferred():  # a record stored is a record counted, also when SIGTERM comes between
+                    writer.add(record)
+                    progress.add(record, engine.stats)
                 summary.done_now += 1
                 bar.update(1)
                 postfix = stage.progress(record)

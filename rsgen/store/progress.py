@@ -46,8 +46,12 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def progress_json(output_dir: str | os.PathLike) -> Path:
+    return OutputLayout(output_dir).root / "progress.json"
+
+
 def read_progress(output_dir: str | os.PathLike) -> dict[str, Any] | None:
-    path = OutputLayout(output_dir).root / "progress.json"
+    path = progress_json(output_dir)
     return json.loads(path.read_text()) if path.is_file() else None
 
 
@@ -59,6 +63,7 @@ class _Active:
 
     stage: str | None = None
     output_dir: Path | None = None
+    work: KeyedWorkProgress | None = None  # the keyed-work loop's counts, written once more when the stage ends
 
 
 _ACTIVE = _Active()
@@ -114,8 +119,11 @@ def keyed_work_progress(stage: Any, summary: Any) -> KeyedWorkProgress:
     path = None
     if _ACTIVE.output_dir is not None and _ACTIVE.stage == stage.name:
         path = rank_file(_ACTIVE.output_dir, summary.rank)
-    return KeyedWorkProgress(path, stage.name, stage.unit, summary.rank, summary.total, summary.assigned,
+    work = KeyedWorkProgress(path, stage.name, stage.unit, summary.rank, summary.total, summary.assigned,
                              summary.already_done)
+    if path is not None:
+        _ACTIVE.work = work
+    return work
 
 
 def sum_ranks(files: list[dict[str, Any]], now: float) -> dict[str, Any]:
@@ -146,7 +154,7 @@ class ProgressBoard:
     def __init__(self, output_dir: str | os.PathLike, world_size: int, stage_names: list[str],
                  hub_push: Any = None, hub_every_seconds: float = 0.0):
         self.layout = OutputLayout(output_dir)
-        self.path = self.layout.root / "progress.json"
+        self.path = progress_json(output_dir)
         self.world_size = world_size
         self.lock = threading.Lock()
         self.data = read_progress(output_dir) or {}
@@ -157,7 +165,6 @@ class ProgressBoard:
         self.data["stages"] = {name: stages.get(name, {"state": "waiting"}) for name in stage_names}
         self.hub_push = hub_push  # callable(card_text) or None
         self.hub_every_seconds = hub_every_seconds
-        self.last_hub_push: float | None = None
 
     def start(self, stage: str) -> None:
         with self.lock:
@@ -206,9 +213,10 @@ class ProgressBoard:
         if self.hub_push is None or self.hub_every_seconds <= 0:
             return
         now = time.monotonic()
-        if not force and self.last_hub_push is not None and now - self.last_hub_push < self.hub_every_seconds:
+        last = _LAST_HUB_PUSH.get(str(self.path))
+        if not force and last is not None and now - last < self.hub_every_seconds:
             return
-        self.last_hub_push = now
+        _LAST_HUB_PUSH[str(self.path)] = now
         try:
             self.hub_push(progress_markdown(snapshot))
         except Exception as err:  # a Hub hiccup must not stop a week-long run; the next push tries again
@@ -220,7 +228,8 @@ def _heartbeat(board: ProgressBoard, stop: threading.Event) -> None:
         board.write()
 
 
-_BOARD: dict[str, ProgressBoard] = {}  # output_dir -> the main process's board, kept from stage to stage
+# progress.json -> when its card section was last pushed (monotonic), kept from stage to stage of the run.
+_LAST_HUB_PUSH: dict[str, float] = {}
 
 
 @contextlib.contextmanager
@@ -235,10 +244,8 @@ def stage_progress(output_dir: str | os.PathLike, stage: str, state: Any, stage_
         ranks.mkdir(parents=True, exist_ok=True)
         for old in ranks.glob("rank-*.json"):  # an earlier stage's or launch's counts
             old.unlink(missing_ok=True)
-        key = str(root.resolve())
-        board = _BOARD.get(key)
-        if board is None or board.world_size != state.num_processes:
-            board = _BOARD[key] = ProgressBoard(root, state.num_processes, stage_names, hub_push, hub_every_seconds)
+        # Earlier stages' entries come from progress.json itself (also those of an earlier launch: a resume).
+        board = ProgressBoard(root, state.num_processes, stage_names, hub_push, hub_every_seconds)
         board.start(stage)
     state.wait_for_everyone()  # no rank writes its file before the old ones are gone
     _ACTIVE.stage, _ACTIVE.output_dir = stage, root
@@ -252,7 +259,9 @@ def stage_progress(output_dir: str | os.PathLike, stage: str, state: Any, stage_
         yield
         ended = DONE
     finally:
-        _ACTIVE.stage = _ACTIVE.output_dir = None
+        if _ACTIVE.work is not None:  # stopped inside the loop (SIGTERM, an error): its last counts
+            _ACTIVE.work.write()
+        _ACTIVE.stage = _ACTIVE.output_dir = _ACTIVE.work = None
         stop.set()
         if board is not None:
             beat.join()
