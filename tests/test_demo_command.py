@@ -52,7 +52,7 @@ def assert_status_says_finished_with_the_work_counts(out, capsys):
     assert gen["done"] == gen["total"] == len(records) > 0 and gen["accepted"] == accepted
     assert gen["generated_tokens"] == sum(r.generated_tokens for r in records)
     row = next(line for line in text.splitlines() if line.startswith("generate ")).split()
-    assert row[:5] == ["generate", "done", f"{len(records):,}", "/", f"{len(records):,}"]
+    assert row[:7] == ["generate", "done", f"{len(records):,}", "/", f"{len(records):,}", "samples", f"{len(records):,}"]
     assert row[-1] == f"{accepted / len(records):.1%}"
     stages = [line.split()[0] for line in text.splitlines()[3:]]
     assert stages == ["prepare", "generate", "verify", "judge", "blind", "emit"]  # the order they ran

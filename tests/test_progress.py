@@ -86,10 +86,11 @@ def test_status_of_a_run_stopped_mid_generate(tmp_path, capsys, monkeypatch):
     data = read_progress(out)
     gen = data["stages"]["generate"]
     assert data["state"] == "stopped" and data["current_stage"] == "generate" and gen["state"] == "stopped"
-    assert 2 <= gen["done"] == len(generate_records(out)) < gen["total"]
+    assert 2 <= gen["done"] == gen["on_disk"] == len(generate_records(out)) < gen["total"]
     text = status(capsys, "--output_dir", str(out))
     assert text.startswith("stopped 0 minutes ago, in generate")
-    assert table_row(text, "generate")[:5] == ["generate", "stopped", str(gen["done"]), "/", str(gen["total"])]
+    assert table_row(text, "generate")[:7] == ["generate", "stopped", str(gen["done"]), "/", str(gen["total"]),
+                                               "samples", str(gen["done"])]
     later = status_table(data, now=data["written_unix"] + 7 * 60 + 5)
     assert later.startswith("stopped 7 minutes ago, in generate")
 
@@ -103,11 +104,13 @@ def test_a_file_nobody_rewrites_reads_as_stopped():
 
 def test_ranks_are_summed_into_rate_eta_and_accept_rate():
     ranks = [{"unit": "sample", "total": 100, "assigned": 50, "already_done": 10, "done_now": 20, "accepted": 5,
-              "decided": 20, "prompt_tokens": 7, "generated_tokens": 300, "retries": 1, "started_unix": 0.0},
+              "decided": 20, "prompt_tokens": 7, "generated_tokens": 300, "retries": 1, "started_unix": 0.0,
+              "saved_now": 16},
              {"unit": "sample", "total": 100, "assigned": 50, "already_done": 10, "done_now": 20, "accepted": 15,
-              "decided": 20, "prompt_tokens": 7, "generated_tokens": 100, "retries": 2, "started_unix": 10.0}]
+              "decided": 20, "prompt_tokens": 7, "generated_tokens": 100, "retries": 2, "started_unix": 10.0,
+              "saved_now": 20}]
     out = sum_ranks(ranks, now=20.0)
-    assert out["done"] == 60 and out["total"] == 100 and out["ranks_reporting"] == 2
+    assert out["done"] == 60 and out["on_disk"] == 56 and out["total"] == 100 and out["ranks_reporting"] == 2
     assert out["items_per_second"] == 2.0 and out["eta_seconds"] == 20  # 40 left at 40 per 20 s
     assert out["accept_rate"] == 0.5 and out["generated_tokens"] == 400 and out["retries"] == 3
 

@@ -80,15 +80,17 @@ class KeyedWorkProgress:
                  already_done: int):
         self.path = path
         self.data = {"stage": stage, "unit": unit, "rank": rank, "total": total, "assigned": assigned,
-                     "already_done": already_done, "done_now": 0, "accepted": 0, "decided": 0, "prompt_tokens": 0,
+                     "already_done": already_done, "done_now": 0, "saved_now": 0, "accepted": 0, "decided": 0, "prompt_tokens": 0,
                      "generated_tokens": 0, "retries": 0, "started_unix": time.time(), "finished": False}
         self.last_write = 0.0
         self.write()
 
-    def add(self, record: dict[str, Any], engine_stats: Any = None) -> None:
-        """Count one written record: `match` (verifier) or `verdict` (judge) counts towards the accept rate."""
+    def add(self, record: dict[str, Any], engine_stats: Any = None, unsaved: int = 0) -> None:
+        """Count one record handed to the store's writer (`unsaved`: records the writer still buffers, lost to a
+        SIGKILL); `match` (verifier) or `verdict` (judge) counts towards the accept rate."""
         data = self.data
         data["done_now"] += 1
+        data["saved_now"] = data["done_now"] - unsaved
         if "match" in record or "verdict" in record:
             data["decided"] += 1
             data["accepted"] += bool(record.get("match")) or record.get("verdict") == "CORRECT"
@@ -100,6 +102,7 @@ class KeyedWorkProgress:
 
     def close(self) -> None:
         self.data["finished"] = True
+        self.data["saved_now"] = self.data["done_now"]  # the writer flushed them all
         self.write()
 
     def write(self) -> None:
@@ -129,13 +132,14 @@ def keyed_work_progress(stage: Any, summary: Any) -> KeyedWorkProgress:
 def sum_ranks(files: list[dict[str, Any]], now: float) -> dict[str, Any]:
     """One stage's figures over its ranks' files: done of total, rate since the ranks started, ETA, tokens,
     retries, accept rate of the records decided so far."""
-    keys = ("assigned", "already_done", "done_now", "accepted", "decided", "prompt_tokens", "generated_tokens",
+    keys = ("assigned", "already_done", "done_now", "saved_now", "accepted", "decided", "prompt_tokens", "generated_tokens",
             "retries")
     out: dict[str, Any] = {key: sum(f[key] for f in files) for key in keys}
     out["unit"] = files[0]["unit"]
     out["total"] = files[0]["total"]
     out["ranks_reporting"] = len(files)
     out["done"] = out["already_done"] + out["done_now"]
+    out["on_disk"] = out["already_done"] + out["saved_now"]  # what a rerun finds done
     elapsed = now - min(f["started_unix"] for f in files)
     rate = out["done_now"] / elapsed if elapsed > 0 else 0.0
     out["items_per_second"] = round(rate, 3)
@@ -259,7 +263,8 @@ def stage_progress(output_dir: str | os.PathLike, stage: str, state: Any, stage_
         yield
         ended = DONE
     finally:
-        if _ACTIVE.work is not None:  # stopped inside the loop (SIGTERM, an error): its last counts
+        if _ACTIVE.work is not None:  # stopped inside the loop (SIGTERM, an error): its last counts, every
+            _ACTIVE.work.data["saved_now"] = _ACTIVE.work.data["done_now"]  # one flushed by the writer's exit
             _ACTIVE.work.write()
         _ACTIVE.stage = _ACTIVE.output_dir = _ACTIVE.work = None
         stop.set()
@@ -291,8 +296,9 @@ def state_line(progress: dict[str, Any], now: float | None = None) -> str:
         minutes = int(age // 60)
         return (f"stopped {minutes} minute{'s' if minutes != 1 else ''} ago, in {progress.get('current_stage')} "
                 f"({where}; last written {progress.get('written_at')}; rerun the same command to continue)")
-    return f"running: {progress.get('current_stage')} ({where}; {progress.get('world_size')} processes, last written " \
-           f"{age:.0f} s ago)"
+    processes = progress.get("world_size")
+    return f"running: {progress.get('current_stage')} ({where}; {processes} process{'es' if processes != 1 else ''}, " \
+           f"last written {age:.0f} s ago)"
 
 
 def _duration(seconds: float | None) -> str:
@@ -303,7 +309,7 @@ def _duration(seconds: float | None) -> str:
     return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
 
 
-STATUS_HEAD = ["stage", "state", "done / total", "items/s", "ETA", "gen tokens", "retries", "accept rate"]
+STATUS_HEAD = ["stage", "state", "done / total", "on disk", "items/s", "ETA", "gen tokens", "retries", "accept rate"]
 
 
 def status_rows(progress: dict[str, Any]) -> list[list[str]]:
@@ -312,11 +318,12 @@ def status_rows(progress: dict[str, Any]) -> list[list[str]]:
         if "total" in entry:
             done = f"{entry['done']:,} / {entry['total']:,} {entry['unit']}s"
             accept = f"{entry['accept_rate']:.1%}" if entry.get("accept_rate") is not None else "-"
-            rows.append([name, entry["state"], done, f"{entry['items_per_second']:.2f}",
+            rows.append([name, entry["state"], done, f"{entry.get('on_disk', entry['done']):,}",
+                         f"{entry['items_per_second']:.2f}",
                          _duration(entry["eta_seconds"]) if entry["state"] == RUNNING else "-",
                          f"{entry['generated_tokens']:,}", f"{entry['retries']:,}", accept])
         else:
-            rows.append([name, entry.get("state", "waiting"), "-", "-", "-", "-", "-", "-"])
+            rows.append([name, entry.get("state", "waiting"), *["-"] * (len(STATUS_HEAD) - 2)])
     return rows
 
 
