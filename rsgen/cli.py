@@ -162,7 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = _build_parser()
     args, rest = parser.parse_known_args(argv)
     is_main = is_main_process()
-    setup_logging(args.log_level, is_main)
+    if args.command != "status":  # status reads one JSON file: no need to import transformers and datasets
+        setup_logging(args.log_level, is_main)
     try:
         with interruptible():
             _run_command(parser, args, rest)

@@ -98,7 +98,12 @@ def test_status_of_a_run_stopped_mid_generate(tmp_path, capsys, monkeypatch):
 def test_a_file_nobody_rewrites_reads_as_stopped():
     data = {"state": "running", "current_stage": "judge", "written_unix": 1000.0, "written_at": "t", "stages": {}}
     assert status_table(data, now=1003.0).startswith("running: judge")
-    assert status_table(data, now=1000.0 + progress.STALE_AFTER_SECONDS + 125).startswith("stopped 3 minutes ago")
+    data["stages"] = {"judge": {"state": "running", "unit": "pair", "total": 9, "done": 4, "on_disk": 4,
+                                "items_per_second": 1.0, "eta_seconds": 5, "generated_tokens": 9, "retries": 0,
+                                "accept_rate": None}}
+    assert table_row(status_table(data, now=1003.0), "judge")[:2] == ["judge", "running"]
+    stale = status_table(data, now=1000.0 + progress.STALE_AFTER_SECONDS + 125)
+    assert stale.startswith("stopped 3 minutes ago") and table_row(stale, "judge")[:2] == ["judge", "stopped"]
     assert status_table({**data, "state": "finished"}, now=99999.0).startswith("finished")
 
 

@@ -114,7 +114,7 @@ def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine
                 record = stage.record(request, result)
                 with deferred():  # a record stored is a record counted, also when SIGTERM comes between
                     writer.add(record)
-                    progress.add(record, engine.stats, unsaved=len(writer.buffer))
+                    progress.add(record, getattr(engine, "stats", None), unsaved=len(writer.buffer))
                 summary.done_now += 1
                 bar.update(1)
                 postfix = stage.progress(record)

@@ -83,26 +83,43 @@ class KeyedWorkProgress:
                      "already_done": already_done, "done_now": 0, "saved_now": 0, "accepted": 0, "decided": 0, "prompt_tokens": 0,
                      "generated_tokens": 0, "retries": 0, "started_unix": time.time(), "finished": False}
         self.last_write = 0.0
+        self.written_done = -1
+        self.lock = threading.Lock()
         self.write()
+        # Records come in bursts (a batch at a time): a thread writes what the last burst left unwritten, so the
+        # file lags the rank by at most WRITE_EVERY_SECONDS, not by a batch.
+        self.stop = threading.Event()
+        if path is not None:
+            threading.Thread(target=self._beat, name="rsgen-progress-rank", daemon=True).start()
+
+    def _beat(self) -> None:
+        while not self.stop.wait(max(WRITE_EVERY_SECONDS, 0.05)):
+            if self.data["done_now"] != self.written_done:
+                self.write()
 
     def add(self, record: dict[str, Any], engine_stats: Any = None, unsaved: int = 0) -> None:
         """Count one record handed to the store's writer (`unsaved`: records the writer still buffers, lost to a
         SIGKILL); `match` (verifier) or `verdict` (judge) counts towards the accept rate."""
         data = self.data
-        data["done_now"] += 1
-        data["saved_now"] = data["done_now"] - unsaved
-        if "match" in record or "verdict" in record:
-            data["decided"] += 1
-            data["accepted"] += bool(record.get("match")) or record.get("verdict") == "CORRECT"
-        if engine_stats is not None:
-            for key in ("prompt_tokens", "generated_tokens", "retries"):
-                data[key] = getattr(engine_stats, key, 0)
+        with self.lock:
+            data["done_now"] += 1
+            data["saved_now"] = data["done_now"] - unsaved
+            if "match" in record or "verdict" in record:
+                data["decided"] += 1
+                data["accepted"] += bool(record.get("match")) or record.get("verdict") == "CORRECT"
+            if engine_stats is not None:
+                for key in ("prompt_tokens", "generated_tokens", "retries"):
+                    data[key] = getattr(engine_stats, key, 0)
         if time.monotonic() - self.last_write >= WRITE_EVERY_SECONDS:
             self.write()
 
-    def close(self) -> None:
-        self.data["finished"] = True
-        self.data["saved_now"] = self.data["done_now"]  # the writer flushed them all
+    def close(self, flushed: bool = True) -> None:
+        """The loop ended (`flushed`: the writer's exit wrote every record it held)."""
+        self.stop.set()
+        with self.lock:
+            self.data["finished"] = True
+            if flushed:
+                self.data["saved_now"] = self.data["done_now"]
         self.write()
 
     def write(self) -> None:
@@ -110,8 +127,13 @@ class KeyedWorkProgress:
         if self.path is None:
             return
         try:
-            self.data["written_unix"] = time.time()
-            _write_json(self.path, self.data)
+            with self.lock:
+                self.data["written_unix"] = time.time()
+                self.written_done = self.data["done_now"]
+                text = json.dumps(self.data)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(text + "\n")
+            os.replace(tmp, self.path)
         except OSError as err:  # progress is for watching: never the reason a run stops
             logger.debug(f"progress: could not write {self.path}: {err}")
 
@@ -264,8 +286,7 @@ def stage_progress(output_dir: str | os.PathLike, stage: str, state: Any, stage_
         ended = DONE
     finally:
         if _ACTIVE.work is not None:  # stopped inside the loop (SIGTERM, an error): its last counts, every
-            _ACTIVE.work.data["saved_now"] = _ACTIVE.work.data["done_now"]  # one flushed by the writer's exit
-            _ACTIVE.work.write()
+            _ACTIVE.work.close(flushed=True)  # record flushed by the writer's exit on the way out
         _ACTIVE.stage = _ACTIVE.output_dir = _ACTIVE.work = None
         stop.set()
         if board is not None:
@@ -312,9 +333,11 @@ def _duration(seconds: float | None) -> str:
 STATUS_HEAD = ["stage", "state", "done / total", "on disk", "items/s", "ETA", "gen tokens", "retries", "accept rate"]
 
 
-def status_rows(progress: dict[str, Any]) -> list[list[str]]:
+def status_rows(progress: dict[str, Any], now: float | None = None) -> list[list[str]]:
+    gone = run_state(progress, now)[0] == STOPPED  # a stage "running" in the file of a dead run is stopped
     rows = []
     for name, entry in progress.get("stages", {}).items():
+        entry = {**entry, "state": STOPPED} if gone and entry.get("state") == RUNNING else entry
         if "total" in entry:
             done = f"{entry['done']:,} / {entry['total']:,} {entry['unit']}s"
             accept = f"{entry['accept_rate']:.1%}" if entry.get("accept_rate") is not None else "-"
@@ -329,7 +352,7 @@ def status_rows(progress: dict[str, Any]) -> list[list[str]]:
 
 def status_table(progress: dict[str, Any], now: float | None = None) -> str:
     """What `rsgen status` prints: the run's state, then one line per stage."""
-    rows = [STATUS_HEAD, *status_rows(progress)]
+    rows = [STATUS_HEAD, *status_rows(progress, now)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(STATUS_HEAD))]
     lines = [state_line(progress, now), ""]
     lines += ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
