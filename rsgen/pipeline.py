@@ -17,7 +17,6 @@ import importlib.metadata
 import json
 import logging
 import os
-import shutil
 import tempfile
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +26,7 @@ from rsgen.engine.server import serving
 from rsgen.layout import OutputLayout
 from rsgen.lock import locked_output_dir, output_dir_errors, unwritable
 from rsgen.stage import Stage
-from rsgen.store.progress import progress_json, rank_file, stage_progress
+from rsgen.store.progress import progress_json, stage_progress
 
 if TYPE_CHECKING:
     from accelerate import PartialState
@@ -246,13 +245,8 @@ def _left_as_it_was_on_recipe_error(recipe: RecipeConfig, state: PartialState):
         yield
     except RecipeError:
         made = ({p.name for p in layout.root.iterdir()} if layout.root.is_dir() else set()) - before
-        # The progress files of the stage that found the error go too (work/ when it holds nothing else).
-        progress, ranks = progress_json(layout.root), rank_file(layout.root, 0).parent
-        only_progress_work = layout.work.name in made and [p.name for p in layout.work.iterdir()] == [ranks.name]
-        bookkeeping = {progress.name, *([layout.work.name] if only_progress_work else [])}
-        if state.is_main_process and made - bookkeeping == {layout.run_json.name}:
-            if only_progress_work:
-                shutil.rmtree(layout.work)
+        progress = progress_json(layout.root)  # written when the stage that found the error started
+        if state.is_main_process and made - {progress.name} == {layout.run_json.name}:
             progress.unlink(missing_ok=True)
             layout.run_json.unlink()
             if not existed:

@@ -132,6 +132,7 @@ class KeyedWorkProgress:
                 self.written_done = self.data["done_now"]
                 text = json.dumps(self.data)
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            tmp.parent.mkdir(parents=True, exist_ok=True)  # made by the first stage with keyed work
             tmp.write_text(text + "\n")
             os.replace(tmp, self.path)
         except OSError as err:  # progress is for watching: never the reason a run stops
@@ -266,9 +267,7 @@ def stage_progress(output_dir: str | os.PathLike, stage: str, state: Any, stage_
     root = OutputLayout(output_dir).root
     board = None
     if state.is_main_process:
-        ranks = rank_file(root, 0).parent
-        ranks.mkdir(parents=True, exist_ok=True)
-        for old in ranks.glob("rank-*.json"):  # an earlier stage's or launch's counts
+        for old in rank_file(root, 0).parent.glob("rank-*.json"):  # an earlier stage's or launch's counts
             old.unlink(missing_ok=True)
         # Earlier stages' entries come from progress.json itself (also those of an earlier launch: a resume).
         board = ProgressBoard(root, state.num_processes, stage_names, hub_push, hub_every_seconds)
