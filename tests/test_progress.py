@@ -173,3 +173,24 @@ def test_progress_section_upload_replaces_the_previous_section(tmp_path):
     again = card_with_progress(once, section.replace("first", "second"), "t")
     assert again.count(CARD_SECTION_START) == 1 and "second" in again and "first" not in again
     assert again.startswith(card.rstrip("\n"))
+
+
+def test_pipeline_pushes_progress_only_with_push_to_hub(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from rsgen.pipeline import _hub_progress
+
+    base = {"output_dir": str(tmp_path), "model_name_or_path": "m"}
+    assert _hub_progress(recipe_from_dict(base)) == {}
+    assert _hub_progress(recipe_from_dict({**base, "push_to_hub": True, "hub_dataset_id": "someone/x",
+                                           "hub_progress_every_minutes": 0})) == {}
+    api = RecordingHfApi()
+    monkeypatch.setattr(huggingface_hub, "HfApi", lambda: api)
+    wiring = _hub_progress(recipe_from_dict({**base, "push_to_hub": True, "hub_dataset_id": "someone/x",
+                                             "hub_progress_every_minutes": 2.5}))
+    assert wiring["hub_every_seconds"] == 150.0
+    wiring["hub_push"]("SECTION")
+    assert [c[0] for c in api.calls] == ["create_repo", "upload_file"]
+    assert api.calls[1][1]["path_or_fileobj"].decode().endswith("SECTION")
+    with pytest.raises(Exception, match="hub_progress_every_minutes must be >= 0"):
+        recipe_from_dict({**base, "hub_progress_every_minutes": -1})
