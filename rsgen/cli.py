@@ -74,6 +74,13 @@ def _build_parser() -> argparse.ArgumentParser:
                       help="images in the freshly drawn demo pool (default: the demo recipe's)")
     demo.add_argument("--seed", type=int, default=None, help="pool seed (default: one the model never saw)")
 
+    status = sub.add_parser("status", help="where a run stands (OUTPUT_DIR/progress.json as a table): finished, "
+                                           "running, or stopped N minutes ago", parents=[common],
+                            usage="rsgen status (--config RECIPE | --output_dir DIR)")
+    where = status.add_mutually_exclusive_group(required=True)
+    where.add_argument("--config", help="the run's recipe (its output_dir is read)")
+    where.add_argument("--output_dir", "--output-dir", dest="output_dir", help="the run's output directory")
+
     card = sub.add_parser("card", help="re-render OUTPUT_DIR/dataset/README.md from what is on disk", parents=[common])
     card.add_argument("output_dir")
     return parser
@@ -155,7 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = _build_parser()
     args, rest = parser.parse_known_args(argv)
     is_main = is_main_process()
-    setup_logging(args.log_level, is_main)
+    if args.command != "status":  # status reads one JSON file: no need to import transformers and datasets
+        setup_logging(args.log_level, is_main)
     try:
         with interruptible():
             _run_command(parser, args, rest)
@@ -197,6 +205,9 @@ def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace, rest
         path = render_card(args.output_dir)
         print(f"card written to {path}")
         return
+    if args.command == "status":
+        _print_status(parser, args, rest)
+        return
     if args.command == "demo":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -221,6 +232,24 @@ def _run_command(parser: argparse.ArgumentParser, args: argparse.Namespace, rest
         from rsgen.pipeline import run_stage
 
         run_stage(args.command, recipe)
+
+
+def _print_status(parser: argparse.ArgumentParser, args: argparse.Namespace, rest: list[str]) -> None:
+    from rsgen.store.progress import read_progress, status_table
+
+    output_dir = args.output_dir
+    if args.config:  # the recipe's output_dir, with any `--output_dir`-style override after it
+        output_dir = load_recipe(args.config, parse_overrides(rest)).output_dir
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        progress = read_progress(output_dir)
+    except ValueError as err:  # a file half-copied from another cluster
+        raise RecipeError(f"{output_dir}/progress.json is not readable JSON ({err})") from None
+    if progress is None:
+        raise RecipeError(f"no progress.json in {output_dir!r}: the run has not started there (or output_dir is "
+                          "another one; check --config / --output_dir)")
+    print(status_table(progress))
 
 
 def _one_line(message: str) -> str:

@@ -168,6 +168,7 @@ class RecipeConfig:
 
     shard_size_mb: int = field(default=500, metadata={"stage": "emit", "read_by": ("prepare", "emit"), "help": "parquet shard size of prepared/ and dataset/"})
     views: list[str] | None = field(default=None, metadata={"stage": "emit", "help": "TRL views written next to the three splits, e.g. [sft] (null = all: sft, dpo, and with explore_samples > 0 dpo_onpolicy, grpo); each view stores its images again"})
+    grpo_pass_rate_band: list[float] = field(default_factory=lambda: [0.0, 1.0], metadata={"stage": "emit", "help": "[low, high]: the `_grpo` view keeps the questions with low < pass rate < high (both strict; the default keeps every question the model sometimes gets right and sometimes wrong)"})
     sft_keep_reasoning: bool = field(default=True, metadata={"stage": "emit", "help": "`_sft` completion is the full response (true) or the answer alone (false)"})
     num_card_examples: int = field(default=3, metadata={"stage": "emit", "help": "examples shown per family in the card"})
     card_template: str | None = field(default=None, metadata={"stage": "emit", "help": "a Jinja card template of your own, rendered with huggingface_hub's DatasetCard.from_template and the figures of rsgen.emit.card.card_context (null = rsgen/emit/card_template.md)"})
@@ -177,6 +178,7 @@ class RecipeConfig:
     language: list[str] = field(default_factory=lambda: ["en"], metadata={"stage": "emit", "help": "the card's languages"})
     push_to_hub: bool = field(default=False, metadata={"stage": "emit", "help": "upload dataset/ at the end"})
     hub_dataset_id: str | None = field(default=None, metadata={"stage": "emit", "help": "USER/NAME of the dataset repository to upload to"})
+    hub_progress_every_minutes: float = field(default=10.0, metadata={"stage": "emit", "help": "with push_to_hub, push the card's progress section (progress.json as a table) at most this often while the run lasts (0 = only the finished card)"})
     hub_private: bool = field(default=False, metadata={"stage": "emit", "help": "create the repository private"})
     demo: bool = field(default=False, metadata={"stage": "emit", "help": "the card says this is a demo dataset (it always does when the demo model answered or judged)"})
 
@@ -359,6 +361,7 @@ def validate_recipe(recipe: RecipeConfig) -> None:
         raise RecipeError(f"explore_top_p must be in (0, 1], got {recipe.explore_top_p}")
     if recipe.explore_stop not in ("paired", "never"):
         raise RecipeError(f"explore_stop must be paired or never, got {recipe.explore_stop!r}")
+    _validate_pass_rate_band(recipe.grpo_pass_rate_band)
     _validate_engine(recipe)
     if recipe.iterate_rounds < 0:
         raise RecipeError(f"iterate_rounds must be >= 0 (0 = measure the base model only), got {recipe.iterate_rounds}")
@@ -366,6 +369,9 @@ def validate_recipe(recipe: RecipeConfig) -> None:
         raise RecipeError(f"iterate_from must be previous or base, got {recipe.iterate_from!r}")
     if not 0 < recipe.iterate_eval_fraction < 1:
         raise RecipeError(f"iterate_eval_fraction must be between 0 and 1 (exclusive), got {recipe.iterate_eval_fraction!r}")
+    if recipe.hub_progress_every_minutes < 0:
+        raise RecipeError(f"hub_progress_every_minutes must be >= 0 (0 = no progress pushes), got "
+                          f"{recipe.hub_progress_every_minutes}")
     if recipe.push_to_hub and not recipe.hub_dataset_id:
         raise RecipeError("push_to_hub: true needs hub_dataset_id: USER/NAME")
     from rsgen.verify import VERIFIERS  # late import: verify imports nothing from config
@@ -380,6 +386,18 @@ def validate_recipe(recipe: RecipeConfig) -> None:
         check_settings(recipe.numeric_tolerance, recipe.math_timeout_seconds)
     except ValueError as e:
         raise RecipeError(f"recipe keys numeric_tolerance / math_timeout_seconds: {e}") from None
+
+
+def _validate_pass_rate_band(band: Any) -> None:
+    fix = "give two numbers low < high within [0, 1], e.g. grpo_pass_rate_band: [0.2, 0.8] (default [0, 1])"
+    if not isinstance(band, (list, tuple)) or len(band) != 2 or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in band):
+        raise RecipeError(f"grpo_pass_rate_band must be [low, high], got {band!r}; {fix}")
+    low, high = band
+    if not (0 <= low <= 1 and 0 <= high <= 1):
+        raise RecipeError(f"grpo_pass_rate_band {list(band)!r} is outside [0, 1] (pass rates are shares); {fix}")
+    if low >= high:
+        raise RecipeError(f"grpo_pass_rate_band {list(band)!r} has low >= high, so no question could be inside; {fix}")
 
 
 ENGINE_NAMES = ("transformers", "openai")

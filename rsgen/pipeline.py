@@ -26,6 +26,7 @@ from rsgen.engine.server import serving
 from rsgen.layout import OutputLayout
 from rsgen.lock import locked_output_dir, output_dir_errors, unwritable
 from rsgen.stage import Stage
+from rsgen.store.progress import progress_json, stage_progress
 
 if TYPE_CHECKING:
     from accelerate import PartialState
@@ -244,7 +245,9 @@ def _left_as_it_was_on_recipe_error(recipe: RecipeConfig, state: PartialState):
         yield
     except RecipeError:
         made = ({p.name for p in layout.root.iterdir()} if layout.root.is_dir() else set()) - before
-        if state.is_main_process and made == {layout.run_json.name}:
+        progress = progress_json(layout.root)  # written when the stage that found the error started
+        if state.is_main_process and made - {progress.name} == {layout.run_json.name}:
+            progress.unlink(missing_ok=True)
             layout.run_json.unlink()
             if not existed:
                 with contextlib.suppress(OSError):  # only when empty: nothing else is removed
@@ -269,12 +272,22 @@ def run_stage(name: str | Stage, recipe: RecipeConfig, state: PartialState | Non
 
 def _run_stage_work(stage: Stage, recipe: RecipeConfig, state: PartialState) -> None:
     started = _now()
-    if stage.every_process or state.is_main_process:
-        stage.run(recipe, state)
-    state.wait_for_everyone()
+    with stage_progress(recipe.output_dir, stage.name, state, [s.name for s in STAGES if s.enabled(recipe)],
+                        last_stage=stage is STAGES[-1], **_hub_progress(recipe)):
+        if stage.every_process or state.is_main_process:
+            stage.run(recipe, state)
+        state.wait_for_everyone()
     if state.is_main_process and OutputLayout(recipe.output_dir).run_json.exists():
         _mark_stage(recipe, stage, started)
     state.wait_for_everyone()
+
+
+def _hub_progress(recipe: RecipeConfig) -> dict[str, Any]:
+    """With push_to_hub, the card's progress section pushed at most every hub_progress_every_minutes."""
+    if not (recipe.push_to_hub and recipe.hub_progress_every_minutes > 0):
+        return {}
+    return {"hub_push": lambda section: emit.push_progress_section(recipe, section),
+            "hub_every_seconds": 60.0 * recipe.hub_progress_every_minutes}
 
 
 def run_pipeline(recipe: RecipeConfig) -> None:

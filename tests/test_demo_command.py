@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import datasets
+import yaml
 from card_figures import assert_card_figures_match_stats
 
 from rsgen.cli import main
@@ -30,3 +31,33 @@ def test_rsgen_demo_on_four_images(tmp_path, capsys):
     rejected = datasets.load_dataset(str(out / "dataset"), f"{family}_rejected", split="train")
     assert len(rejected) == fam["splits"]["rejected"]["rows"]
     assert sum(len(row["qa"]) for row in rejected) == fam["rejected_qa"]
+    assert_status_says_finished_with_the_work_counts(out, capsys)
+
+
+def assert_status_says_finished_with_the_work_counts(out, capsys):
+    """`rsgen status` (progress.json) on the finished run: "finished", generate done of total and accept rate as
+    the generate records on disk have them, every stage done; `--config` finds the same output directory."""
+    from rsgen.layout import OutputLayout
+    from rsgen.records import GenerateRecord, read_records
+    from rsgen.store import CheckpointStore
+    from rsgen.store.progress import read_progress
+
+    main(["status", "--output_dir", str(out)])
+    text = capsys.readouterr().out
+    assert text.startswith("finished (")
+    records = list(read_records(CheckpointStore(OutputLayout(out).generate_work), GenerateRecord))
+    accepted = sum(r.match for r in records)
+    data = read_progress(out)
+    gen = data["stages"]["generate"]
+    assert gen["done"] == gen["total"] == len(records) > 0 and gen["accepted"] == accepted
+    assert gen["generated_tokens"] == sum(r.generated_tokens for r in records)
+    row = next(line for line in text.splitlines() if line.startswith("generate ")).split()
+    assert row[:7] == ["generate", "done", f"{len(records):,}", "/", f"{len(records):,}", "samples", f"{len(records):,}"]
+    assert row[-1] == f"{accepted / len(records):.1%}"
+    stages = [line.split()[0] for line in text.splitlines()[3:]]
+    assert stages == ["prepare", "generate", "verify", "judge", "blind", "emit"]  # the order they ran
+    assert all(data["stages"][s]["state"] == "done" for s in stages)
+    recipe = out.parent / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump(json.loads((out / "run.json").read_text())["recipe"]))
+    main(["status", "--config", str(recipe)])
+    assert capsys.readouterr().out == text

@@ -276,3 +276,49 @@ def test_sigkill_in_every_stage_then_rerun_gives_the_same_dataset(reference):
     # And a rerun of a finished run does no model work.
     again = finish(rsgen_run(recipe))
     assert "Loading weights" not in again
+
+
+# A fake `srun`, for the test of the Slurm script's launch logic: it starts the command once per "node" on this
+# machine, as srun does once on each node of the allocation, with that node's SLURM_NODEID; its exit status is the
+# worst of the tasks'. A fake `scontrol show hostnames`: both "nodes" are this machine.
+FAKE_SRUN = """#!/usr/bin/env python3
+import os, subprocess, sys
+args, nodes = sys.argv[1:], 1
+while args[0].startswith("--"):
+    option = args.pop(0)
+    if option.startswith("--nodes="):
+        nodes = int(option.split("=", 1)[1])
+tasks = [subprocess.Popen(args, env={**os.environ, "SLURM_NODEID": str(i), "SLURM_PROCID": str(i),
+                                     "SLURM_LOCALID": "0"}) for i in range(nodes)]
+sys.exit(max(task.wait() for task in tasks))
+"""
+FAKE_SCONTROL = "#!/bin/sh\necho 127.0.0.1\necho 127.0.0.1\n"
+
+
+def test_slurm_script_on_two_fake_nodes_gives_the_same_dataset(reference, tmp_path):
+    """scripts/slurm/rsgen.slurm as sbatch would run it on a two-node allocation (srun and scontrol faked, one CPU
+    process per "node"): the same dataset rows as one process, every config (accepted, promoted, rejected, views)."""
+    tmp, model, rows = reference
+    recipe = write_recipe(tmp, model, "slurm_two_nodes")
+    fake_bin = tmp_path / "fake_slurm_bin"
+    fake_bin.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (fake_bin / name).write_text(text)
+        (fake_bin / name).chmod(0o755)
+    environ = {**env(), "PATH": f"{fake_bin}{os.pathsep}{env()['PATH']}", "SLURM_JOB_ID": "7",
+               "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node[0-1]", "SLURM_SUBMIT_DIR": str(ROOT),
+               "PROCESSES_PER_NODE": "1", "ACCELERATE_CONFIG": "accelerate_configs/cpu_2proc.yaml",
+               "MAIN_PORT": "29637"}
+    done = subprocess.run(["bash", str(ROOT / "scripts/slurm/rsgen.slurm"), str(recipe), "--log_level", "info"],
+                          env=environ, capture_output=True, text=True, timeout=900, start_new_session=True)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "2 nodes x 1 processes, main 127.0.0.1:29637" in done.stdout
+    out = tmp / "slurm_two_nodes"
+    assert json.loads((out / "run.json").read_text())["world_size"] == 2
+    ranks = {re.search(r"-rank(\d+)-", p.name).group(1) for p in (out / "work" / "generate").glob("*.jsonl")}
+    assert ranks == {"00000", "00001"}  # both "nodes" generated
+    progress = json.loads((out / "progress.json").read_text())
+    assert progress["state"] == "finished" and progress["world_size"] == 2
+    assert progress["stages"]["generate"]["done"] == progress["stages"]["generate"]["total"]
+    assert progress["stages"]["generate"]["ranks_reporting"] == 2
+    assert dataset_rows(out) == rows

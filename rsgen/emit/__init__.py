@@ -15,5 +15,6 @@ STAGE = Stage(
 )
 
 __getattr__ = lazy_exports(__name__, {"EmitError": "rsgen.emit.splits", "render_card": "rsgen.emit.stage",
+                                      "push_progress_section": "rsgen.emit.push",
                                       "run_emit": "rsgen.emit.stage"})
-__all__ = ["STAGE", "EmitError", "render_card", "run_emit"]  # noqa: F822 (loaded on first use)
+__all__ = ["STAGE", "EmitError", "push_progress_section", "render_card", "run_emit"]  # noqa: F822 (loaded on first use)

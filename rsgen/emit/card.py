@@ -392,7 +392,13 @@ def explore_figures(stats: dict[str, Any]) -> dict[str, Any] | None:
                      f"{_n(e['learnable'])} ({_rate(e['learnable_share'])})", _rate(e["mean_pass_rate"])])
     bins = next(iter(explored.values()))["pass_rate_histogram"]["bins"]
     histogram = [[family, *(_n(c) for c in e["pass_rate_histogram"]["counts"])] for family, e in explored.items()]
+    low, high = stats["generation"].get("grpo_pass_rate_band", [0.0, 1.0])  # older stats.json: the fixed band
+    band_rows = [[family, _n(e["grpo_band"]["below"]), _n(e["grpo_band"]["inside"]), _n(e["grpo_band"]["above"])]
+                 for family, e in explored.items() if e.get("grpo_band")]
     return {
+        "band": f"{low:g} < pass rate < {high:g}",
+        "band_table": (_table(["family", f"below (pass rate ≤ {low:g})", "inside: `_grpo` rows",
+                               f"above (pass rate ≥ {high:g})"], band_rows) if band_rows else None),
         "table": _table(["family", "questions", "responses drawn", "explore samples", "on-policy pairs",
                          "samples per pair", "learnable (0 < pass rate < 1)", "mean pass rate"], rows),
         "histogram": _table(["family", *(f"`{b}`" for b in bins)], histogram),

@@ -92,3 +92,19 @@ def push_dataset(recipe: RecipeConfig, api=None, validate_card: bool = True) -> 
         )
     return str(getattr(repo, "url", repo))
 
+
+
+def push_progress_section(recipe: RecipeConfig, section: str, api=None) -> None:
+    """While the run lasts: the repository's README.md becomes the last emitted card (or a placeholder title) with
+    `section`, the progress table of progress.json, in place of the previous one. One small commit."""
+    from huggingface_hub import HfApi
+
+    from rsgen.store.progress import card_with_progress
+
+    card_path = OutputLayout(recipe.output_dir).dataset / "README.md"
+    card = card_path.read_text() if card_path.is_file() else None
+    text = card_with_progress(card, section, title=recipe.hub_dataset_id)
+    api = api or HfApi()
+    api.create_repo(recipe.hub_dataset_id, repo_type="dataset", private=recipe.hub_private, exist_ok=True)
+    api.upload_file(path_or_fileobj=text.encode(), path_in_repo="README.md", repo_id=recipe.hub_dataset_id,
+                    repo_type="dataset", commit_message="rsgen: progress")

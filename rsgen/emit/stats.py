@@ -230,6 +230,9 @@ def explore_stats(tally: FamilyRouting, plans: dict[str, SplitPlan]) -> dict[str
         "learnable_share": round(learnable / questions, 6),
         "pairs": pairs,
         "samples_per_pair": round(explore_samples / pairs, 3) if pairs else None,
+        # Questions below, inside and above grpo_pass_rate_band (inside = the _grpo rows); None: view not written.
+        "grpo_band": ({"below": plans["grpo"].skipped.get("below_band", 0), "inside": plans["grpo"].rows,
+                       "above": plans["grpo"].skipped.get("above_band", 0)} if "grpo" in plans else None),
     }
 
 
@@ -379,6 +382,7 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
             "explore_temperature": recipe.explore_temperature,
             "explore_top_p": recipe.explore_top_p,
             "explore_stop": recipe.explore_stop,
+            "grpo_pass_rate_band": list(recipe.grpo_pass_rate_band),
             "instruction": recipe.instruction,
         },
         "verify": {

@@ -1,7 +1,7 @@
 """TRL-ready views of the splits: `{Family}_sft` (conversational prompt-completion) and `{Family}_dpo`
 (conversational preference pairs), in the vision formats `trl.SFTTrainer` and `trl.DPOTrainer` train on as they are;
 with an explore pass also `{Family}_dpo_onpolicy` (the model's own right and wrong responses) and `{Family}_grpo`
-(prompts with 0 < pass rate < 1 for `trl.GRPOTrainer`).
+(prompts whose pass rate lies inside `grpo_pass_rate_band`, default 0 < pass rate < 1, for `trl.GRPOTrainer`).
 
 Format:
 - messages are `{"role", "content"}` with content as a list of parts `{"type": "image"|"text", "text": ...}`;
@@ -111,17 +111,20 @@ def dpo_onpolicy_rows(image: dict[str, Any], explored_qa: list[dict[str, Any]]
     return rows, skipped
 
 
-def grpo_rows(image: dict[str, Any], explored_qa: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """One prompt per explored question the model sometimes gets right and sometimes wrong (0 < pass rate < 1:
-    the questions whose sampled rewards still differ, so a GRPO group has an advantage to learn from). `solution`
-    is the official answer that `rsgen.verify.rewards.<verifier>` reads. Left out: `always_correct`,
-    `never_correct`."""
-    rows, skipped = [], {"always_correct": 0, "never_correct": 0}
+def grpo_rows(image: dict[str, Any], explored_qa: list[dict[str, Any]], band: tuple[float, float] = (0.0, 1.0)
+              ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """One prompt per explored question whose pass rate lies strictly inside `band` (recipe key
+    `grpo_pass_rate_band`, default (0, 1): the questions the model sometimes gets right and sometimes wrong, whose
+    sampled rewards still differ, so a GRPO group has an advantage to learn from; both ends strict, as OpenRLHF's
+    `--dynamic_filtering_reward_range`). `solution` is the official answer that `rsgen.verify.rewards.<verifier>`
+    reads. Left out: `below_band` (pass rate <= low), `above_band` (pass rate >= high)."""
+    low, high = band
+    rows, skipped = [], {"below_band": 0, "above_band": 0}
     for qa in explored_qa:
-        if qa["pass_rate"] >= 1:
-            skipped["always_correct"] += 1
-        elif qa["pass_rate"] <= 0:
-            skipped["never_correct"] += 1
+        if qa["pass_rate"] <= low:
+            skipped["below_band"] += 1
+        elif qa["pass_rate"] >= high:
+            skipped["above_band"] += 1
         else:
             rows.append({"prompt": [_user(qa["question"])], "images": [image], "solution": qa["answer"],
                          "options": list(qa["options"]), "pass_rate": qa["pass_rate"]})
@@ -141,6 +144,7 @@ VIEWS: dict[str, View] = {
     "dpo": View(DPO_FEATURES, "rejected", lambda image, qa, recipe: dpo_rows(image, qa)),
     # With an explore pass (explore_samples > 0); "explored" is every QA pair with its samples' outcome.
     "dpo_onpolicy": View(DPO_ONPOLICY_FEATURES, "explored", lambda image, qa, recipe: dpo_onpolicy_rows(image, qa)),
-    "grpo": View(GRPO_FEATURES, "explored", lambda image, qa, recipe: grpo_rows(image, qa)),
+    "grpo": View(GRPO_FEATURES, "explored",
+                 lambda image, qa, recipe: grpo_rows(image, qa, tuple(recipe.grpo_pass_rate_band))),
 }
 """Emit's table of views: name -> how to build it. The recipe key `views` picks which are written."""

@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rsgen.interrupt import interruptible
+from rsgen.interrupt import deferred, interruptible
 from rsgen.store.checkpoint import CheckpointStore
+from rsgen.store.progress import keyed_work_progress
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +150,7 @@ def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine
         logger.info(f"{stage.name}: {len(keys) - left:,} of {len(keys):,} {stage.unit}s already done, {left:,} to go")
     summary = KeyedWorkSummary(state.process_index, state.num_processes, total=len(keys), assigned=len(mine),
                                already_done=len(mine) - len(pending))
+    progress = keyed_work_progress(stage, summary)  # this rank's counts, for OUTPUT_DIR/progress.json
     if pending:
         start = time.perf_counter()
         engine = summary.engine = make_engine()
@@ -162,7 +164,9 @@ def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine
             with interruptible(), store.writer(state.process_index, every_items, every_seconds) as writer, bar:
                 for request, result in engine.generate(stage.requests(pending)):
                     record = stage.record(request, result)
-                    writer.add(record)
+                    with deferred():  # a record stored is a record counted, also when SIGTERM comes between
+                        writer.add(record)
+                        progress.add(record, getattr(engine, "stats", None), unsaved=len(writer.buffer))
                     summary.done_now += 1
                     bar.update(1)
                     postfix = stage.progress(record)
@@ -171,5 +175,6 @@ def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine
         finally:
             add_server_counts(store.directory, state.process_index, getattr(engine, "stats", None))
         summary.seconds = time.perf_counter() - start
+    progress.close()
     state.wait_for_everyone()
     return summary

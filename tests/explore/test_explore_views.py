@@ -77,6 +77,46 @@ def test_grpo_rows_are_the_learnable_questions(explored_run):
     assert (OutputLayout(out).dataset / "assets" / "pass_rates.png").is_file()
 
 
+@pytest.mark.slow
+def test_grpo_pass_rate_band_keeps_exactly_the_questions_inside(explored_run, tmp_path):
+    """Emit again with `grpo_pass_rate_band: [0.3, 0.7]`: the `_grpo` rows are exactly the default band's rows
+    with 0.3 < pass rate < 0.7 (the default band, 0 < p < 1, holds every question not always right or wrong), and
+    stats count the questions below and above."""
+    import dataclasses
+    import shutil
+
+    from rsgen.pipeline import run_stage
+
+    out, recipe = explored_run
+    banded = tmp_path / "banded"
+    shutil.copytree(out, banded)
+    shutil.rmtree(OutputLayout(banded).dataset)
+    low, high = 0.3, 0.7
+    run_stage("emit", dataclasses.replace(recipe, output_dir=str(banded), grpo_pass_rate_band=[low, high]))
+    stats = json.loads(OutputLayout(banded).stats_json.read_text())
+    default = json.loads(OutputLayout(out).stats_json.read_text())
+
+    def rows_of(where, family):
+        return sorted((row["prompt"][0]["content"][1]["text"], row["pass_rate"])
+                      for row in load_view(where, f"{family}_grpo").to_list())
+
+    changed = 0
+    for family, fam in stats["families"].items():
+        before = default["families"][family]["explore"]["grpo_band"]
+        assert default["families"][family]["splits"]["grpo"]["skipped"] == {"above_band": before["above"],
+                                                                           "below_band": before["below"]}
+        learnable = rows_of(out, family) if before["inside"] else []
+        inside = [(q, p) for q, p in learnable if low < p < high]
+        assert (rows_of(banded, family) if inside else []) == inside
+        assert fam["explore"]["grpo_band"] == {
+            "below": before["below"] + sum(p <= low for _, p in learnable), "inside": len(inside),
+            "above": before["above"] + sum(p >= high for _, p in learnable)}
+        changed += len(learnable) - len(inside)
+    assert changed, "the band [0.3, 0.7] changed no family's _grpo rows: pick a band this pool separates"
+    card = (OutputLayout(banded).dataset / "README.md").read_text()
+    assert "0.3 < pass rate < 0.7" in card and "Questions per family below, inside and above" in card
+
+
 def _snapshot(model):
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
