@@ -21,7 +21,7 @@ from iterate_helpers import write_demo_iterate_recipe
 from rsgen.engine import demo_model_path
 from rsgen.iterate.held_out import read_held_out
 from rsgen.iterate.report import rounds_table
-from rsgen.iterate.train import _image_sha256, training_rows
+from rsgen.iterate.train import image_sha256s, training_rows
 from rsgen.layout import OutputLayout
 from rsgen.schema import iter_questions, open_prepared
 
@@ -156,7 +156,7 @@ def test_the_held_out_slice_is_in_no_rounds_training_rows(killed_and_resumed):
     assert held < pool_images
     for k in range(ROUNDS):
         rows = training_rows(layout.round_dir(k) / "dataset", held)
-        trained = {_image_sha256(row) for row in rows.cast_column("images", List(Image(decode=False)))}
+        trained = {sha for row in rows.cast_column("images", List(Image(decode=False))) for sha in image_sha256s(row)}
         assert trained and not trained & held
         assert len(rows) == after["rounds"][k]["training"]["rows"]
 
