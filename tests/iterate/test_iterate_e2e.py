@@ -128,6 +128,13 @@ def test_two_rounds_saved_their_models_and_measured_three(killed_and_resumed):
         held = x["held_out"]
         assert held["qa"] > 0 and 0 <= held["verifier_rate"] <= held["accept_rate"] <= 1
         assert set(held["families"]) == {"CLEVRMath", "DemoChart", "DemoMC"}
+        # The demo pool knows every answer: each round graded against the scene, its accepted pairs checked.
+        assert 0 <= held["truth_right"] <= held["qa"] and x["truth"]["accepted"] > 0
+    # The judge of every round is the round-0 model, never the fine-tuned one.
+    assert after["judge_model"] == "rsgen-demo"
+    for k in range(ROUNDS + 1):
+        run = json.loads(OutputLayout(layout.round_dir(k)).run_json.read_text())
+        assert (run["recipe"]["judge_model_name_or_path"] or "rsgen-demo") == "rsgen-demo", k
     # Model 1 answers differently from model 0: the fine-tuning reached the weights the next round used.
     responses = [{rec["id"]: rec["response"] for rec in _generate_records(layout.round_dir(k))} for k in (0, 1)]
     assert responses[0] != responses[1]
