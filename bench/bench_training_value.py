@@ -3,7 +3,7 @@ every line measured on the same held-out slice against the scene's truth, with t
 fine-tuning.
 
     python bench/bench_training_value.py                       # recipes/demo_iterate.yaml, 3 rounds
-    python bench/bench_training_value.py --fast                # 120 images, 1 round, 8 steps: the test's form
+    python bench/bench_training_value.py --fast                # 24 images, 1 round, 4 steps: the test's form
 
 Lines (each fine-tuning: `--steps` optimizer steps of the recipe's `iterate_train`, batch and learning rate as
 given there; `max_steps` fixes the budget whatever the number of rows):
@@ -153,10 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=100, help="optimizer steps of every fine-tuning (max_steps)")
     parser.add_argument("--num-images", type=int, default=None, help="demo pool images (default: the recipe's)")
-    parser.add_argument("--fast", action="store_true", help="120 images, 1 round, 8 steps: the test's form")
+    parser.add_argument("--fast", action="store_true", help="24 images, 1 round, 4 steps: the test's form")
     args = parser.parse_args(argv)
     if args.fast:
-        args.num_images, args.rounds, args.steps = 120, 1, 8
+        args.num_images, args.rounds, args.steps = 24, 1, 4
 
     from rsgen.config import load_recipe
 
