@@ -82,3 +82,30 @@ def truth_lines(data: dict[str, Any]) -> str:
 
 def print_rounds_table(data: dict[str, Any]) -> None:
     print("\n" + rounds_table(data))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m rsgen.iterate.report OUTPUT_DIR`: the table of a loop on disk, finished or still running (the
+    rounds iterate.json has measured so far)."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from rsgen.layout import OutputLayout
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m rsgen.iterate.report OUTPUT_DIR", file=sys.stderr)
+        return 2
+    path = OutputLayout(Path(args[0])).iterate_json
+    if not path.is_file():
+        print(f"no iterate.json in {args[0]!r}: not an `rsgen iterate` output directory", file=sys.stderr)
+        return 2
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["rounds"] = [r for r in data.get("rounds", []) if "held_out" in r]  # a running round is not measured yet
+    print(rounds_table(data))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
