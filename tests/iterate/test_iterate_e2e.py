@@ -214,3 +214,16 @@ def test_a_changed_training_setup_is_refused_after_training_started(killed_and_r
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 2, out[-3000:]
     assert "iterate_train: {" in out and "round 0's training was started with the old value" in out
+
+
+def test_docs_quote_the_table_in_the_form_rsgen_iterate_prints(killed_and_resumed):
+    """docs/iterate.md's demo figures are `rsgen iterate`'s printed table (or `python -m rsgen.iterate.report` on
+    the same iterate.json): the header and the labelled lines of this run's table are the page's."""
+    printed = killed_and_resumed["again_log"]
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "iterate.md").read_text()
+    header = next(line for line in printed.splitlines() if line.startswith("round "))
+    assert f"\n{header}\n" in docs
+    for label in ("held out: ", "judge in every round: rsgen-demo", "truth check (accepted pairs that contradict",
+                  "held-out truth, round "):
+        assert any(line.startswith(label) for line in printed.splitlines()), label
+        assert f"\n{label.split(':')[0].split(',')[0]}" in docs, label
