@@ -176,13 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     official = official_answers_line(recipe, out / "rest_em", out / "official")
 
     r, s = rest_em["rounds"], star["rounds"]
+    rounds = f"{args.rounds} round{'s' if args.rounds != 1 else ''}"
     base = r[0]["held_out"]
     lines = [
         ("base", "-", 0, base),
         ("SFT, official answers", _rows(official), _steps(official), official["held_out"]),
         ("SFT, accepted RS_think (1 round)", _rows(r[0]), _steps(r[0]), r[1]["held_out"]),
-        (f"ReST-EM ({args.rounds} rounds, from base)", _rows(r[-2]), _steps(r[-2]), r[-1]["held_out"]),
-        (f"STaR ({args.rounds} rounds, from previous)", _rows(*s[:-1]), _steps(*s[:-1]), s[-1]["held_out"]),
+        (f"ReST-EM ({rounds}, from base)", _rows(r[-2]), _steps(r[-2]), r[-1]["held_out"]),
+        (f"STaR ({rounds}, from previous)", _rows(*s[:-1]), _steps(*s[:-1]), s[-1]["held_out"]),
         ("STaR round 1 + DPO (on-policy)", _rows(dpo["rounds"][0]), _steps(dpo["rounds"][0]),
          dpo["rounds"][1]["held_out"]),
     ]

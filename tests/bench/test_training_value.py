@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LINES = ["base", "SFT, official answers", "SFT, accepted RS_think (1 round)", "ReST-EM (1 rounds, from base)",
-         "STaR (1 rounds, from previous)", "STaR round 1 + DPO (on-policy)"]
+LINES = ["base", "SFT, official answers", "SFT, accepted RS_think (1 round)", "ReST-EM (1 round, from base)",
+         "STaR (1 round, from previous)", "STaR round 1 + DPO (on-policy)"]
 
 
 @pytest.mark.slow
