@@ -18,6 +18,9 @@ from typing import Any
 import yaml
 
 DEMO_MODEL = "rsgen-demo"
+# The demo model's base: the same procedure stopped early (scripts/train_demo_model.py), with room to learn:
+# `rsgen iterate --config recipes/demo_iterate.yaml` starts from it.
+DEMO_BASE_MODEL = "rsgen-demo-base"
 """Sentinel for the small VLM shipped inside the package (`rsgen.engine.demo_model_path()` resolves it)."""
 DEMO_DATASET = "rsgen-demo"
 """`dataset_name` of a source that draws the procedural demo pool (rsgen.demo.pool) instead of reading data."""

@@ -17,6 +17,7 @@ rejected.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,10 +99,27 @@ def states_truth(answer: str | None, truth: str, options: list[str]) -> bool:
     return words == want or (len(words) == len(want) and words[:-1] == want[:-1] and words[-1] == want[-1] + "s")
 
 
-def check_demo_run(output_dir: str | Path, num_images: int, seed: int) -> TruthReport:
-    """Check every QA pair of the demo run in `output_dir` (greedy answers), whose pool was drawn with `num_images`
-    and `seed`: the accepted ones (the `_RS_think` configs) must state the scene's answer; the right answers the
-    verifier rejected are counted with what became of them."""
+@dataclass(frozen=True)
+class GradedPair:
+    """One QA pair of a demo run graded against the scene."""
+
+    image_sha256: str
+    qa_id: str
+    family: str
+    question: str
+    truth: str  # the scene's answer
+    answer: str | None  # the model's final answer, read on its own
+    right: bool  # the answer states the truth
+    accepted: bool  # in an accepted split of the run's dataset
+    verifier_match: bool  # the verifier accepted it
+
+    def example(self) -> dict[str, Any]:
+        return {"family": self.family, "question": self.question, "truth": self.truth, "answer": self.answer}
+
+
+def grade_demo_run(output_dir: str | Path, num_images: int, seed: int) -> Iterator[GradedPair]:
+    """Every QA pair of the demo run in `output_dir` (greedy answers), whose pool was drawn with `num_images` and
+    `seed`, graded against the scene; `accepted` is read from the run's `_RS_think` configs."""
     import pyarrow.parquet as pq
 
     pool = {row["source_id"]: row for row in make_demo_rows(num_images, seed)}
@@ -116,7 +134,6 @@ def check_demo_run(output_dir: str | Path, num_images: int, seed: int) -> TruthR
     responses = {rec.id: rec for rec in read_records(CheckpointStore(layout.generate_work), GenerateRecord)
                  if not rec.sample}
     decisions = records_by_key(CheckpointStore(layout.verify_work), VerifyRecord)
-    report = TruthReport()
     for table in open_prepared(output_dir).batches(["image_sha256", "qa"]):
         for row in table.to_pylist():
             for qa in row["qa"]:
@@ -125,20 +142,27 @@ def check_demo_run(output_dir: str | Path, num_images: int, seed: int) -> TruthR
                 truth = answer_from_scene(origin["scene"], origin["question"], origin["options"])
                 rec = responses[qa["id"]]
                 answer = final_answer(rec.response)
-                right = states_truth(answer, truth, options)
                 decision = decisions.get(rec.key)
-                verifier_match = decision.match if decision is not None else rec.match
-                is_accepted = (row["image_sha256"], qa["question"]) in accepted
-                example = {"family": origin["family"], "question": qa["question"], "truth": truth, "answer": answer}
-                if is_accepted:
-                    report.accepted += 1
-                    if not right:
-                        report.wrong.append(example)
-                if right and not verifier_match:
-                    report.verifier_missed += 1
-                    if is_accepted:
-                        report.recovered += 1
-                    else:
-                        report.still_rejected.append(example)
-    return report
+                yield GradedPair(
+                    image_sha256=row["image_sha256"], qa_id=qa["id"], family=origin["family"],
+                    question=qa["question"], truth=truth, answer=answer, right=states_truth(answer, truth, options),
+                    accepted=(row["image_sha256"], qa["question"]) in accepted,
+                    verifier_match=decision.match if decision is not None else rec.match)
 
+
+def check_demo_run(output_dir: str | Path, num_images: int, seed: int) -> TruthReport:
+    """Check every QA pair of the demo run in `output_dir` (`grade_demo_run`): the accepted ones must state the
+    scene's answer; the right answers the verifier rejected are counted with what became of them."""
+    report = TruthReport()
+    for pair in grade_demo_run(output_dir, num_images, seed):
+        if pair.accepted:
+            report.accepted += 1
+            if not pair.right:
+                report.wrong.append(pair.example())
+        if pair.right and not pair.verifier_match:
+            report.verifier_missed += 1
+            if pair.accepted:
+                report.recovered += 1
+            else:
+                report.still_rejected.append(pair.example())
+    return report

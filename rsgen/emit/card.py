@@ -656,32 +656,49 @@ def fine_tuned_on(round_: dict[str, Any]) -> str:
     return rows
 
 
+def _truth_change(now: dict[str, Any], before: dict[str, Any]) -> str:
+    """A held-out truth rate's change in points with its standard error (rounds taken as independent samples:
+    conservative, as `rsgen.iterate.report.rate_change` says)."""
+    p1, p0, n1, n0 = now.get("truth_rate"), before.get("truth_rate"), now.get("qa") or 0, before.get("qa") or 0
+    if p1 is None or p0 is None or not n1 or not n0:
+        return "–"
+    return f"{100 * (p1 - p0):+.1f} ± {100 * ((p1 * (1 - p1) / n1 + p0 * (1 - p0) / n0) ** 0.5):.1f}"
+
+
 def iterate_figures(stats: dict[str, Any]) -> dict[str, Any] | None:
-    """`rsgen iterate`: the rounds table and the held-out curve per family (None without iterate)."""
+    """`rsgen iterate`: the rounds table, the held-out curve per family and, on the demo pool, each round graded
+    against the scene (None without iterate)."""
     it = stats.get("iterate")
     if not it:
         return None
     rounds = it["rounds"]
+    graded = any("truth_rate" in r["held_out"] for r in rounds)
     rows = []
-    for r in rounds:
+    for i, r in enumerate(rounds):
         training = r.get("training") or {}
         losses = training.get("losses") or []
+        truth = [_pct(r["held_out"].get("truth_rate")),
+                 _truth_change(r["held_out"], rounds[i - 1]["held_out"]) if i else "–",
+                 f"{_n(r['truth']['accepted_wrong'])} of {_n(r['truth']['accepted'])}" if "truth" in r else "–"]
         rows.append([str(r["round"]), f"`{r['model']}`", _pct(r["held_out"]["verifier_rate"]),
-                     _pct(r["held_out"]["accept_rate"]), _pct(r["train"]["accept_rate"]),
+                     _pct(r["held_out"]["accept_rate"]), *(truth if graded else []), _pct(r["train"]["accept_rate"]),
                      _n(r.get("contributed_accepted", 0)),
                      fine_tuned_on(r),
                      f"{losses[0][1]:.3f} → {losses[-1][1]:.3f}" if losses else "–"])
+    truth_headers = ["held-out right by the scene", "change (points ± se)", "accepted pairs that contradict the scene"]
     families = sorted({f for r in rounds for f in r["held_out"]["families"]})
     return {
         "rounds": len(rounds),
         "base_model": it["base_model"],
+        "judge_model": it.get("judge_model") or it["base_model"],
         "from_base": it["iterate_from"] == "base",
         "dpo": any("dpo" in r for r in rounds),
+        "graded": graded,
         "held_out_images": _n(it["held_out"]["images"]),
         "held_out_fraction": f"{it['held_out']['fraction']:.0%}",
         "rounds_table": _table(["round", "model", "held-out accept (verifier)", "held-out accept (verifier + judge)",
-                                "training-slice accept", "accepted pairs kept here", "fine-tuned on",
-                                "SFT loss (first → last step)"], rows),
+                                *(truth_headers if graded else []), "training-slice accept",
+                                "accepted pairs kept here", "fine-tuned on", "SFT loss (first → last step)"], rows),
         "family_table": _table(["family", *(f"round {r['round']}" for r in rounds)],
                                [[family, *(_pct(r["held_out"]["families"].get(family, {}).get("verifier_rate"))
                                            for r in rounds)] for family in families]),

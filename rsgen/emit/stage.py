@@ -279,7 +279,7 @@ def run_emit(recipe: RecipeConfig, state=None, *, work: WorkRecords | None = Non
     for level, line in gate_lines(gate, recipe.judge_min_specificity, recipe.judge_min_recall):
         logger.log(level, line)
     stats = {**build_stats(recipe, stats_families, _read_json(layout.run_json), report, outside), **(extra_stats or {})}
-    if work.blind is None:  # `rsgen iterate` routes merged rounds without blind records
+    if work.blind is None:  # work without blind records (`rsgen iterate` merges them only when the rounds have them)
         stats["blind_check"] = "off"
 
     write_card(stats, partial)

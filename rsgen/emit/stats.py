@@ -14,7 +14,7 @@ from typing import Any
 
 from datasets import Features
 
-from rsgen.config import DEMO_DATASET, DEMO_MODEL, RecipeConfig, RecipeError, SourceConfig
+from rsgen.config import DEMO_BASE_MODEL, DEMO_DATASET, DEMO_MODEL, RecipeConfig, RecipeError, SourceConfig
 from rsgen.emit import STAGE
 from rsgen.emit.explored import PASS_RATE_BINS
 from rsgen.emit.splits import FamilyRouting
@@ -427,7 +427,8 @@ def build_stats(recipe: RecipeConfig, families: dict[str, dict[str, Any]], run: 
             "task_categories": list(recipe.task_categories),
             "language": list(recipe.language),
             # The demo model's output is a demo whatever the recipe says: its numbers say nothing of a real model.
-            "demo": recipe.demo or DEMO_MODEL in (recipe.model_name_or_path, recipe.judge_model_name_or_path),
+            "demo": recipe.demo or bool({DEMO_MODEL, DEMO_BASE_MODEL} & {recipe.model_name_or_path,
+                                                                       recipe.judge_model_name_or_path}),
             "hub_dataset_id": recipe.hub_dataset_id,
             "num_card_examples": recipe.num_card_examples,
             "sft_keep_reasoning": recipe.sft_keep_reasoning,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from rsgen.config import DEMO_MODEL, RecipeError
+from rsgen.config import DEMO_BASE_MODEL, DEMO_MODEL, RecipeError
 from rsgen.engine.processors import needs_video_processor, processor_class_without_video
 
 logger = logging.getLogger(__name__)
@@ -42,9 +42,19 @@ def demo_model_path() -> Path:
     return Path(__file__).resolve().parent.parent / "demo" / "model"
 
 
+def demo_base_model_path() -> Path:
+    """Directory of the demo model's base shipped beside it (the same training, stopped early)."""
+    return demo_model_path().with_name("base_model")
+
+
 def resolve_model_path(name_or_path: str) -> str:
-    """Where to load a recipe's model from: the demo model's sentinel (`rsgen-demo`) becomes its directory."""
-    return str(demo_model_path()) if name_or_path == DEMO_MODEL else name_or_path
+    """Where to load a recipe's model from: the demo models' sentinels (`rsgen-demo`, `rsgen-demo-base`) become
+    their directories."""
+    if name_or_path == DEMO_MODEL:
+        return str(demo_model_path())
+    if name_or_path == DEMO_BASE_MODEL:
+        return str(demo_base_model_path())
+    return name_or_path
 
 
 def load_model_and_processor(

@@ -65,12 +65,19 @@ def model_of_round(recipe: RecipeConfig, k: int) -> str:
     return recipe.model_name_or_path if k == 0 else str(OutputLayout(recipe.output_dir).model_dir(k))
 
 
+def judge_of_rounds(recipe: RecipeConfig) -> str:
+    """The judge of every round: `judge_model_name_or_path`, else the round-0 model. Never a fine-tuned model: it
+    would grade answers it was trained to give, and the loop's accepted data and rates would follow its drift."""
+    return recipe.judge_model_name_or_path or recipe.model_name_or_path
+
+
 def round_recipe(recipe: RecipeConfig, k: int) -> RecipeConfig:
-    """Round k's pipeline recipe: the recipe with model k, into OUTPUT_DIR/rounds/k; only the final dataset is
-    pushed. A fine-tuned model is a local directory: no Hub revision."""
+    """Round k's pipeline recipe: the recipe with model k, into OUTPUT_DIR/rounds/k, judged by `judge_of_rounds`;
+    only the final dataset is pushed. A fine-tuned model is a local directory: no Hub revision."""
     return dataclasses.replace(
         recipe, output_dir=str(OutputLayout(recipe.output_dir).round_dir(k)), model_name_or_path=model_of_round(recipe, k),
-        model_revision=recipe.model_revision if k == 0 else None, push_to_hub=False)
+        model_revision=recipe.model_revision if k == 0 else None, push_to_hub=False,
+        judge_model_name_or_path=recipe.judge_model_name_or_path if k == 0 else judge_of_rounds(recipe))
 
 
 def check_iterate_recipe(recipe: RecipeConfig) -> None:
@@ -122,8 +129,8 @@ def check_iterate_pins(recipe: RecipeConfig, previous: dict[str, Any]) -> None:
 
 def stop_reason(rounds: list[dict[str, Any]], stop_when_worse: bool) -> str | None:
     """Why the loop stops after the last measured round: its held-out verifier accept rate fell (with
-    `iterate_stop_when_worse`). The verifier's rate, not the judge's: from round 1 on the judge is the model under
-    training, which must not grade its own progress."""
+    `iterate_stop_when_worse`). The verifier's rate: it is the same rule in every round, while the judge's
+    promotions also depend on its calibration gate, which each round measures afresh."""
     if not stop_when_worse or len(rounds) < 2 or "held_out" not in rounds[-1] or "held_out" not in rounds[-2]:
         return None
     now, before = rounds[-1]["held_out"]["verifier_rate"], rounds[-2]["held_out"]["verifier_rate"]
@@ -183,6 +190,7 @@ def _held_out_slice(recipe: RecipeConfig, record: IterateRecord, state) -> set[s
     state.wait_for_everyone()
     held_out = read_held_out(layout.held_out_images)
     record.data.update({"iterate_version": ITERATE_VERSION, "base_model": recipe.model_name_or_path,
+                        "judge_model": judge_of_rounds(recipe),
                         "iterate_from": recipe.iterate_from, "rounds_planned": recipe.iterate_rounds,
                         "held_out": {"fraction": recipe.iterate_eval_fraction, "images": len(held_out),
                                      "file": layout.held_out_images.name}})

@@ -1,7 +1,8 @@
 """The final dataset of `rsgen iterate`: every round's accepted data, each QA pair once.
 
 A pair accepted in some round comes from the first round that got it right (its response, its judge records); a
-pair no round got right comes from the last round (what the last model said instead). Each round's decision is
+pair no round got right comes from the last round (what the last model said instead); an accepted pair's blind
+check comes from its round. Each round's decision is
 the one its own emit made (`route_pair` on that round's work, its judge gate included), so a pair a round
 accepted stays accepted here. Emit then writes the dataset from these outcomes as from any run's, with each
 pair's round in `clean_meta.qa_rounds`; accepted + rejected = the prepared pool, as always.
@@ -39,7 +40,9 @@ def merge_rounds(round_recipes: list[RecipeConfig]) -> tuple[MergedWork, dict[in
     last = round_recipes[-1]
     merged = MergedWork(samples={}, judge={}, calibration={}, judge_enabled=last.judge, num_samples=last.num_samples,
                         known_wrong={}, judge_scope=last.judge_scope, numeric_tolerance=last.numeric_tolerance,
-                        min_specificity=last.judge_min_specificity, explore={} if last.explore_samples else None)
+                        min_specificity=last.judge_min_specificity, explore={} if last.explore_samples else None,
+                        # the blind check of each accepted pair from its round: the card's blind-check section
+                        blind={} if last.blind_check != "off" else None, blind_drop=last.blind_check == "drop")
     questions = [q for q in iter_questions(open_prepared(last.output_dir))]
     contributed: dict[int, int] = {}
     for k, recipe in enumerate(round_recipes):
@@ -64,6 +67,8 @@ def merge_rounds(round_recipes: list[RecipeConfig]) -> tuple[MergedWork, dict[in
                 merged.judge[key] = work.judge[key]
             for key in calibration_keys.get(q.id, ()):
                 merged.calibration[key] = work.calibration[key]
+            if merged.blind is not None and q.id in (work.blind or {}):
+                merged.blind[q.id] = work.blind[q.id]
             if q.id in work.known_wrong:
                 merged.known_wrong[q.id] = work.known_wrong[q.id]
             if q.id in work.known_right:

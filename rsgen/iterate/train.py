@@ -81,13 +81,15 @@ def train_config(recipe: RecipeConfig, kind: TrainingKind, output_dir: str | os.
                           f"{' '.join(str(err).split())}") from None
 
 
-def _image_sha256(row: dict[str, Any]) -> str:
-    return hashlib.sha256(row["images"][0]["bytes"]).hexdigest()
+def image_sha256s(row: dict[str, Any]) -> list[str]:
+    """The sha256 of every image of a row (`images` undecoded: the bytes as stored, as `image_sha256` hashes them)."""
+    return [hashlib.sha256(image["bytes"]).hexdigest() for image in row["images"]]
 
 
 def training_rows(dataset_dir: Path, held_out: set[str], kind: TrainingKind = SFT):
-    """The round's `{Family}_sft` (`_dpo_onpolicy`) rows (every family, in config order) whose image is not held
-    out; None when the round wrote no such config."""
+    """The round's `{Family}_sft` (`_dpo_onpolicy`) rows (every family, in config order) none of whose images is
+    held out (every image of a row is compared by content hash, not only the first); None when the round wrote no
+    such config."""
     import datasets
     from datasets import Image, List
 
@@ -97,7 +99,7 @@ def training_rows(dataset_dir: Path, held_out: set[str], kind: TrainingKind = SF
     files = [str(f) for config in configs for f in sorted((dataset_dir / "data" / config).glob("*.parquet"))]
     rows = datasets.load_dataset("parquet", data_files=files, split="train")
     raw = rows.cast_column("images", List(Image(decode=False)))
-    kept = raw.filter(lambda row: _image_sha256(row) not in held_out)
+    kept = raw.filter(lambda row: held_out.isdisjoint(image_sha256s(row)))
     return kept.cast_column("images", List(Image()))
 
 

@@ -45,6 +45,17 @@ def flagged_run(tmp_path_factory):
     return out
 
 
+def test_docs_quote_the_blind_line_this_command_prints(flagged_run):
+    """docs/blind.md's figures are the line `rsgen demo --num-images 6` prints (the fixture's command)."""
+    from pathlib import Path
+
+    from rsgen.demo_command import blind_line
+
+    line = blind_line(json.loads(OutputLayout(flagged_run).stats_json.read_text()))
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "blind.md").read_text()
+    assert "`rsgen demo --num-images 6` prints" in docs and f"\n{line}\n" in docs, line
+
+
 def test_flag_asks_every_accepted_pair_and_counts_what_the_records_say(flagged_run, capsys):
     out = flagged_run
     stats = json.loads((out / "stats.json").read_text())

@@ -4,6 +4,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from card_figures import assert_card_figures_match_stats
@@ -58,6 +59,10 @@ def test_default_demo_accepts_at_most_one_percent_wrong_pairs(tmp_path):
     assert report.accepted == stats["totals"]["accepted_qa"]
     assert len(report.wrong) <= 0.01 * report.accepted, report.wrong[:10]
     assert report.line() in out.stdout
+    # docs/demo.md quotes this command's table and truth line: they must be what it printed.
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "demo.md").read_text()
+    table = out.stdout[out.stdout.index("family        accepted"):out.stdout.index("truth check:")].strip()
+    assert table in docs and report.line() in docs, (table, report.line())
     # The demo's accept-rate band (its time band is measured, not asserted: tests share a loaded machine).
     assert 0.30 <= stats["totals"]["accept_rate"] <= 0.90, stats["totals"]
     # Both calibration sides, overall and per family, in stats.json and on the card.

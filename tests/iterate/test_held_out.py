@@ -50,18 +50,58 @@ def test_a_family_of_one_image_is_all_training_and_no_family_is_all_held_out(tmp
     assert sha(pool(3, 1)[-1]) not in held and len(held) == 2
 
 
-@pytest.mark.slow
-def test_training_rows_hold_no_held_out_image_and_every_other_accepted_pair(tmp_path):
+def test_the_rows_handed_to_the_trainer_hold_no_held_out_image_and_every_other_accepted_pair(tmp_path, monkeypatch):
+    """Measured on what the loop's training step hands to the trainer: the trainer is replaced by a recorder (this
+    test is about the rows, not the training, which the slow tier runs with the demo model)."""
+    import dataclasses
+
+    from rsgen.iterate import loop
+    from rsgen.iterate.train import SFT, image_sha256s
+    from rsgen.store import distributed_state
+
     images = pool(10, 5)
-    write_scripted_run(tmp_path, images, judge=False)
-    run_emit(scripted_recipe(tmp_path, judge=False, views=["sft"]))
-    held = choose_held_out(open_prepared(tmp_path), 0.3)
-    rows = training_rows(OutputLayout(tmp_path).dataset, held)
-    raw = rows.cast_column("images", List(Image(decode=False)))
-    trained = {hashlib.sha256(row["images"][0]["bytes"]).hexdigest() for row in raw}
-    assert trained and not trained & held
-    expected = sum(len(img.pairs) for img in images if sha(img) not in held)
-    assert len(rows) == expected
+    round_dir = OutputLayout(tmp_path).round_dir(0)
+    write_scripted_run(round_dir, images, judge=False)
+    run_emit(scripted_recipe(round_dir, judge=False, views=["sft"]))
+    held = choose_held_out(open_prepared(round_dir), 0.3)
+    handed = []
+
+    def recording_trainer(recipe, kind, start_model, rows, output_dir, model_out, state):
+        handed.append(rows)
+        return {"rows": len(rows)}
+
+    monkeypatch.setattr(loop, "train_round", recording_trainer)
+    recipe = dataclasses.replace(scripted_recipe(round_dir, judge=False, views=["sft"]), output_dir=str(tmp_path))
+    state = distributed_state()
+    assert loop._train_step(recipe, loop.IterateRecord(recipe, state), 0, SFT, "model-0", tmp_path / "m1", held, state)
+    [rows] = handed
+    trained = [image_sha256s(row) for row in rows.cast_column("images", List(Image(decode=False)))]
+    assert trained and not {sha for shas in trained for sha in shas} & held
+    assert len(rows) == sum(len(img.pairs) for img in images if sha(img) not in held)
+
+
+def _write_sft_config(dataset_dir, rows_images: list[list[bytes]]) -> None:
+    import datasets
+
+    rows = {"prompt": [[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": f"q{i}"}]}]
+                       for i in range(len(rows_images))],
+            "completion": [[{"role": "assistant", "content": [{"type": "text", "text": "a"}]}]] * len(rows_images),
+            "images": [[{"bytes": b, "path": None} for b in images] for images in rows_images]}
+    folder = dataset_dir / "data" / "Multi_sft"
+    folder.mkdir(parents=True)
+    datasets.Dataset.from_dict(rows).cast_column("images", List(Image())).to_parquet(
+        str(folder / "train-00000-of-00001.parquet"))
+
+
+def test_a_row_is_held_out_when_any_of_its_images_is(tmp_path):
+    first, second, third = (ScriptedImage("CLEVRMath", [], (i * 60, 10, 10)).image_bytes() for i in range(3))
+    _write_sft_config(tmp_path, [[first, second], [second, first], [first], [first, third]])
+    held = {hashlib.sha256(second).hexdigest()}
+    rows = training_rows(tmp_path, held)
+    kept = [[hashlib.sha256(image["bytes"]).hexdigest() for image in row["images"]]
+            for row in rows.cast_column("images", List(Image(decode=False)))]
+    assert kept == [[hashlib.sha256(first).hexdigest()],
+                    [hashlib.sha256(first).hexdigest(), hashlib.sha256(third).hexdigest()]]
 
 
 @pytest.mark.parametrize("fraction", [0.0, 1.0, 1.5])

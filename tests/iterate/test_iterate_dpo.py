@@ -11,7 +11,7 @@ from datasets import Image, List
 from iterate_helpers import run_iterate, write_demo_iterate_recipe
 
 from rsgen.iterate.held_out import read_held_out
-from rsgen.iterate.train import DPO, _image_sha256, training_rows
+from rsgen.iterate.train import DPO, image_sha256s, training_rows
 from rsgen.layout import OutputLayout
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,7 @@ def test_a_dpo_step_follows_the_sft_step_and_makes_the_next_model(tmp_path):
     assert not layout.round_sft_model(0).exists()  # the intermediate is removed once model 1 is written
     held = read_held_out(layout.held_out_images)
     rows = training_rows(layout.round_dir(0) / "dataset", held, DPO)
-    trained = {_image_sha256(row) for row in rows.cast_column("images", List(Image(decode=False)))}
+    trained = {sha for row in rows.cast_column("images", List(Image(decode=False))) for sha in image_sha256s(row)}
     assert dpo["rows"] == len(rows) > 0 and trained and not trained & held
     assert dpo["steps"] == -(-len(rows) // 2)
     losses = [loss for _step, loss in dpo["losses"]]

@@ -21,7 +21,7 @@ from iterate_helpers import write_demo_iterate_recipe
 from rsgen.engine import demo_model_path
 from rsgen.iterate.held_out import read_held_out
 from rsgen.iterate.report import rounds_table
-from rsgen.iterate.train import _image_sha256, training_rows
+from rsgen.iterate.train import image_sha256s, training_rows
 from rsgen.layout import OutputLayout
 from rsgen.schema import iter_questions, open_prepared
 
@@ -128,6 +128,13 @@ def test_two_rounds_saved_their_models_and_measured_three(killed_and_resumed):
         held = x["held_out"]
         assert held["qa"] > 0 and 0 <= held["verifier_rate"] <= held["accept_rate"] <= 1
         assert set(held["families"]) == {"CLEVRMath", "DemoChart", "DemoMC"}
+        # The demo pool knows every answer: each round graded against the scene, its accepted pairs checked.
+        assert 0 <= held["truth_right"] <= held["qa"] and x["truth"]["accepted"] > 0
+    # The judge of every round is the round-0 model, never the fine-tuned one.
+    assert after["judge_model"] == "rsgen-demo"
+    for k in range(ROUNDS + 1):
+        run = json.loads(OutputLayout(layout.round_dir(k)).run_json.read_text())
+        assert (run["recipe"]["judge_model_name_or_path"] or "rsgen-demo") == "rsgen-demo", k
     # Model 1 answers differently from model 0: the fine-tuning reached the weights the next round used.
     responses = [{rec["id"]: rec["response"] for rec in _generate_records(layout.round_dir(k))} for k in (0, 1)]
     assert responses[0] != responses[1]
@@ -156,7 +163,7 @@ def test_the_held_out_slice_is_in_no_rounds_training_rows(killed_and_resumed):
     assert held < pool_images
     for k in range(ROUNDS):
         rows = training_rows(layout.round_dir(k) / "dataset", held)
-        trained = {_image_sha256(row) for row in rows.cast_column("images", List(Image(decode=False)))}
+        trained = {sha for row in rows.cast_column("images", List(Image(decode=False))) for sha in image_sha256s(row)}
         assert trained and not trained & held
         assert len(rows) == after["rounds"][k]["training"]["rows"]
 
@@ -207,3 +214,16 @@ def test_a_changed_training_setup_is_refused_after_training_started(killed_and_r
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 2, out[-3000:]
     assert "iterate_train: {" in out and "round 0's training was started with the old value" in out
+
+
+def test_docs_quote_the_table_in_the_form_rsgen_iterate_prints(killed_and_resumed):
+    """docs/iterate.md's demo figures are `rsgen iterate`'s printed table (or `python -m rsgen.iterate.report` on
+    the same iterate.json): the header and the labelled lines of this run's table are the page's."""
+    printed = killed_and_resumed["again_log"]
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "iterate.md").read_text()
+    header = next(line for line in printed.splitlines() if line.startswith("round "))
+    assert f"\n{header}\n" in docs
+    for label in ("held out: ", "judge in every round: rsgen-demo", "truth check (accepted pairs that contradict",
+                  "held-out truth, round "):
+        assert any(line.startswith(label) for line in printed.splitlines()), label
+        assert f"\n{label.split(':')[0].split(',')[0]}" in docs, label

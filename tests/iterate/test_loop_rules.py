@@ -34,6 +34,15 @@ def test_round_k_answers_with_model_k_into_its_own_folder_and_never_pushes(tmp_p
     assert two.model_name_or_path == str(tmp_path / "it" / "models" / "2") and two.model_revision is None
 
 
+def test_the_judge_of_every_round_is_the_round_0_model_or_the_recipes_judge(tmp_path):
+    from rsgen.engine import judge_model_name
+
+    r = recipe(tmp_path)
+    assert [judge_model_name(round_recipe(r, k)) for k in range(3)] == ["rsgen-demo"] * 3
+    r = recipe(tmp_path, judge_model_name_or_path="org/judge")
+    assert [judge_model_name(round_recipe(r, k)) for k in range(3)] == ["org/judge"] * 3
+
+
 def test_iterate_needs_greedy_answers_and_the_sft_view(tmp_path):
     with pytest.raises(RecipeError, match="temperature: 0 and num_samples: 1"):
         check_iterate_recipe(recipe(tmp_path, temperature=0.7, num_samples=2))

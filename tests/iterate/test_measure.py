@@ -45,3 +45,29 @@ def test_the_printed_table_shows_every_round_the_dpo_step_and_why_it_stopped():
                                 "0.400", "base"]
     assert lines[3].split() == ["1", "25.0%", "25.0%", "30.0%", "1", "-", "-", "out/models/1"]
     assert lines[-1] == "stopped early: round 1's held-out verifier accept rate fell"
+
+
+def test_the_report_command_prints_the_measured_rounds_of_a_loop_on_disk(tmp_path, capsys):
+    import json
+
+    from rsgen.iterate.report import main
+
+    def held(truth_right):
+        return {"qa": 800, "verifier_rate": 0.2, "accept_rate": 0.2, "truth_right": truth_right,
+                "truth_rate": truth_right / 800}
+    data = {"held_out": {"images": 200, "fraction": 0.25}, "judge_model": "base", "stopped": None,
+            "rounds": [{"round": 0, "model": "base", "held_out": held(160), "train": held(500),
+                        "truth": {"accepted": 475, "accepted_wrong": 0}, "training": {"rows": 349}},
+                       {"round": 1, "model": "out/models/1", "held_out": held(240), "train": held(700),
+                        "truth": {"accepted": 600, "accepted_wrong": 1}},
+                       {"round": 2, "model": "out/models/2"}]}  # round 2 is still answering: not reported
+    (tmp_path / "iterate.json").write_text(json.dumps(data))
+    assert main([str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[3].split()[:6] == ["1", "20.0%", "20.0%", "30.0%", "+10.0", "±"]  # 20% -> 30% of 800: se 2.2
+    assert lines[3].split()[6] == "2.2" and len(lines) == 8
+    assert lines[5] == "judge in every round: base (never a fine-tuned model grading itself)"
+    assert lines[6].startswith("truth check (accepted pairs that contradict the scene the pool drew): round 0 0 of "
+                               "475, round 1 1 of 600;")
+    assert lines[7] == "held-out truth, round 1 against the base: +10.0 ± 2.2 points"
+    assert main([str(tmp_path / "nowhere")]) == 2

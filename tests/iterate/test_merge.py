@@ -4,6 +4,8 @@ rounds section. Scripted rounds (emit's test helper) stand in for the models."""
 
 from __future__ import annotations
 
+import json
+
 import datasets
 from emit_helpers import ScriptedImage, ScriptedPair, scripted_recipe, write_scripted_run
 
@@ -80,3 +82,42 @@ def test_a_run_without_iterate_has_no_rounds_section_or_field(tmp_path):
     assert "Self-improvement rounds" not in (dataset / "README.md").read_text()
     think = datasets.load_dataset(str(dataset), "CLEVRMath_RS_think", split="train")
     assert "qa_rounds" not in think.features["clean_meta"]
+
+
+def _write_blind(round_dir, solvable: dict[str, bool]) -> None:
+    from rsgen.store import CheckpointStore
+
+    with CheckpointStore(OutputLayout(round_dir).blind_work).writer(0, 64, 1e9) as writer:
+        for qa_id, is_solvable in solvable.items():
+            writer.add({"key": qa_id, "id": qa_id, "family": "CLEVRMath", "question": Q.format(qa_id),
+                        "response": "3" if is_solvable else "7", "extracted": "3" if is_solvable else "7",
+                        "solvable": is_solvable, "verifier": "relaxed", "options": 0, "generated_tokens": 3,
+                        "model": "test-model", "settings": "scripted"})
+
+
+def test_the_final_card_has_each_accepted_pairs_blind_check_from_its_round_the_judge_and_the_truth(tmp_path):
+    write_scripted_run(tmp_path / "rounds" / "0", images(0), known_wrong_rejected=4)
+    write_scripted_run(tmp_path / "rounds" / "1", images(1), known_wrong_rejected=4)
+    write_scripted_run(tmp_path, images(0), judge=False)
+    # Round 0 accepts p-right-then-wrong and p-promoted-then-wrong, round 1 p-wrong-then-right (test above).
+    _write_blind(tmp_path / "rounds" / "0", {"p-right-then-wrong": True, "p-promoted-then-wrong": False})
+    _write_blind(tmp_path / "rounds" / "1", {"p-wrong-then-right": False, "p-right-then-wrong": False})
+    rounds = [scripted_recipe(tmp_path / "rounds" / str(k), views=["sft"], blind_check="flag") for k in range(2)]
+    merged, _ = merge_rounds(rounds)
+    assert {qa_id: rec.solvable for qa_id, rec in merged.blind.items()} == {
+        "p-right-then-wrong": True, "p-promoted-then-wrong": False, "p-wrong-then-right": False}
+    stats = iterate_stats(2)
+    stats["judge_model"] = "test-org/test-model"
+    for k, r in enumerate(stats["rounds"]):
+        r["held_out"].update({"truth_right": 1 + k, "truth_rate": 0.2 * (1 + k)})
+        r["truth"] = {"accepted": 4 + k, "accepted_wrong": k, "verifier_missed": 0, "recovered": 0}
+    run_emit(scripted_recipe(tmp_path, views=["sft"], blind_check="flag"), work=merged,
+             extra_stats={"iterate": stats})
+    card = (OutputLayout(tmp_path).dataset / "README.md").read_text()
+    assert "## Blind check: accepted pairs answered without the image" in card
+    blind = json.loads(OutputLayout(tmp_path).stats_json.read_text())["families"]["CLEVRMath"]["blind"]
+    assert (blind["checked"], blind["solvable"]) == (3, 1)
+    assert "The judge of every round was `test-org/test-model` (the round-0 model)" in card
+    # held-out right by the scene, its change against the round before (± se), the round's truth check
+    assert "| 0 | `m0` | 20.0% | 20.0% | 20.0% | – | 0 of 4 | 40.0% |" in card
+    assert "| 1 | `m1` | 30.0% | 30.0% | 40.0% | +20.0 ± 28.3 | 1 of 5 | 40.0% |" in card
