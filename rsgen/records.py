@@ -81,7 +81,12 @@ def known_right_key(qa_id: str) -> str:
 
 
 class _Record:
-    """to_json / from_json shared by the record types (dataclasses)."""
+    """to_json / from_json shared by the record types (dataclasses).
+
+    Slotted: emit and the judge hold a record per response, and a million of them with a __dict__ each took twice
+    the memory."""
+
+    __slots__ = ()
 
     def to_json(self) -> dict[str, Any]:
         # Field by field, not dataclasses.asdict: the fields are plain JSON values, and asdict's deep copy was a
@@ -120,7 +125,7 @@ def _field_names(cls) -> tuple[frozenset[str], tuple[str, ...]]:
     return cached
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GenerateRecord(_Record):
     """One answer of the model to one QA pair (OUTPUT_DIR/work/generate/), verified as it landed."""
 
@@ -144,7 +149,7 @@ class GenerateRecord(_Record):
     refused: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = super().to_json()
+        out = _Record.to_json(self)  # not super(): slots=True makes a new class that a super() cell misses
         if out["refused"] is None:
             del out["refused"]
         return out
@@ -156,7 +161,7 @@ class GenerateRecord(_Record):
                                    verifier=decision.verifier)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VerifyRecord(_Record):
     """The verifier's decision on one stored generate response (OUTPUT_DIR/work/verify/), made with the verifier
     settings in work/verify/settings.json. Readers take a response's decision from here, not from the generate
@@ -172,7 +177,7 @@ class VerifyRecord(_Record):
     verifier: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExploreRecord(GenerateRecord):
     """A sampled response of the explore pass (OUTPUT_DIR/work/explore/): a generate record of sample >= 1 (key
     `{id}#{sample}`; sample 0 is the greedy answer in work/generate/), plus the round that drew it."""
@@ -180,7 +185,7 @@ class ExploreRecord(GenerateRecord):
     round: int = field(kw_only=True)  # keyword-only: it follows the base class's defaulted fields
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JudgeRecord(_Record):
     """One verdict of the judge (OUTPUT_DIR/work/judge/): on a verifier rejection, a calibration pair or a
     known-wrong pair (`kind`)."""
@@ -203,7 +208,7 @@ class JudgeRecord(_Record):
     refused: str | None = None  # a server engine refused the request: its message (the verdict is then UNSURE)
 
     def to_json(self) -> dict[str, Any]:
-        out = super().to_json()
+        out = _Record.to_json(self)  # not super(): slots=True makes a new class that a super() cell misses
         for optional in ("miss", "refused"):  # only built calibration pairs carry a miss, only refusals a refused
             if out[optional] is None:
                 del out[optional]
@@ -215,7 +220,7 @@ class JudgeRecord(_Record):
         return self.key.removeprefix(CALIBRATION_PREFIX)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BlindRecord(_Record):
     """An accepted QA pair asked again without its image (OUTPUT_DIR/work/blind/), checked by its verifier."""
 
