@@ -28,6 +28,7 @@ it removed, and every drop has examples with the pool row and the evaluation row
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -268,7 +269,8 @@ def signature_cache_root() -> Path:
     signature or question version looks in a new folder, so it computes again."""
     from huggingface_hub import cached_assets_path
 
-    return cached_assets_path(library_name="rsgen", namespace=CACHE_NAMESPACE,
+    # HF_ASSETS_CACHE read now, not when huggingface_hub was imported: a process may set it later (tests, bench).
+    return cached_assets_path(library_name="rsgen", namespace=CACHE_NAMESPACE, assets_dir=os.getenv("HF_ASSETS_CACHE"),
                               subfolder=f"signatures-v{SIGNATURE_VERSION}-questions-v{QUESTION_VERSION}-ngram{NGRAM}"
                                         f"-layout-{_CACHE_LAYOUT}")
 
@@ -453,7 +455,9 @@ def build_decontamination(recipe, directory, submit_map) -> Decontamination:
     rows_per_set: dict[int, int] = {}
     seen: set[str] = set()
     whole, content, aspect = [], [], []
-    with open(directory / "thumbs.u8", "wb") as thumbs:
+    # One set: its folder is the index as it is (its images are distinct already), so nothing is copied.
+    single = len(folders) == 1
+    with contextlib.nullcontext() if single else open(directory / "thumbs.u8", "wb") as thumbs:
         for set_index, (folder, data, from_cache) in enumerate(folders):
             tally = sets[set_index]
             tally.rows, tally.questions = data["rows"], data["questions"]
@@ -467,7 +471,7 @@ def build_decontamination(recipe, directory, submit_map) -> Decontamination:
                 arrays = {name: npz[name] for name in ("hash_whole", "hash_content", "aspect")}
             signed = len(arrays["aspect"])
             set_thumbs = (np.memmap(folder / "thumbs.u8", dtype=np.uint8, mode="r", shape=(signed, THUMB * THUMB * 3))
-                          if signed else None)
+                          if signed and not single else None)
             position = 0  # among this set's readable images
             for key, where, readable in data["images"]:
                 if readable:
@@ -480,13 +484,17 @@ def build_decontamination(recipe, directory, submit_map) -> Decontamination:
                     continue
                 tally.images += 1
                 images.append(EvalRow(set_index, where))
-                whole.append(arrays["hash_whole"][position - 1])
-                content.append(arrays["hash_content"][position - 1])
-                aspect.append(arrays["aspect"][position - 1])
-                thumbs.write(set_thumbs[position - 1].tobytes())
+                if not single:
+                    whole.append(arrays["hash_whole"][position - 1])
+                    content.append(arrays["hash_content"][position - 1])
+                    aspect.append(arrays["aspect"][position - 1])
+                    thumbs.write(set_thumbs[position - 1].tobytes())
             del set_thumbs
-    np.savez(directory / "hashes.npz", hash_whole=np.array(whole, dtype=np.uint64),
-             hash_content=np.array(content, dtype=np.uint64), aspect=np.array(aspect, dtype=np.float64))
+    if single:
+        directory = folders[0][0]
+    else:
+        np.savez(directory / "hashes.npz", hash_whole=np.array(whole, dtype=np.uint64),
+                 hash_content=np.array(content, dtype=np.uint64), aspect=np.array(aspect, dtype=np.float64))
     templated = questions.templated_sets(rows_per_set)
     indexed = questions.build(templated)
     for i, tally in enumerate(sets):

@@ -303,7 +303,6 @@ def test_cached_signatures_give_the_same_pool_byte_for_byte_and_a_changed_set_is
     from rsgen.prepare import decontaminate, run_prepare
 
     monkeypatch.setenv("HF_ASSETS_CACHE", str(tmp_path / "assets"))
-    monkeypatch.setattr("huggingface_hub.constants.HF_ASSETS_CACHE", str(tmp_path / "assets"))
     evals, pool = _cached_scenario(tmp_path)
     hashed = []
     real = decontaminate.eval_signatures
