@@ -130,7 +130,7 @@ def run_size(qa_pairs: int, pool_dir: Path, keep: Path | None) -> dict:
         report = json.loads((output_dir / "prepared" / "prepare_report.json").read_text())
         stats = json.loads((output_dir / "stats.json").read_text())
         pairs = report["kept_qa_pairs"]
-        return {"qa_pairs": pairs, "images": images, "stages": stages,
+        return {"qa_pairs_asked": qa_pairs, "qa_pairs": pairs, "images": images, "stages": stages,
                 "dataset_files": count_files(output_dir / "dataset"), "totals": stats.get("totals", {})}
 
 
@@ -153,7 +153,7 @@ def print_table(results: list[dict]) -> None:
         for a, b in zip(small["stages"], big["stages"]):
             growth = b["seconds"] / a["seconds"] / work
             print(f"  {a['stage']:>9}: {growth:.2f}   files under work/ {a['work_files']:,} -> {b['work_files']:,}")
-            if big["qa_pairs"] >= 1_000_000 or small["qa_pairs"] >= 100_000:
+            if small["qa_pairs_asked"] >= 100_000:  # below, process start-up is a large share of a stage
                 verdicts.append((f"{a['stage']} growth <= {GOAL_GROWTH}x linear", growth <= GOAL_GROWTH))
     for r in results:
         peak = max(s["peak_rss_mb"] for s in r["stages"])
@@ -161,7 +161,7 @@ def print_table(results: list[dict]) -> None:
         per_million = total * 1_000_000 / r["qa_pairs"]
         print(f"\n{r['qa_pairs']:,} QA pairs: {total / 60:.1f} min end to end ({per_million / 60:.1f} min per million "
               f"at this rate), peak RSS {peak:,.0f} MB")
-        if r["qa_pairs"] >= 100_000:
+        if r["qa_pairs_asked"] >= 100_000:
             verdicts.append((f"peak RSS <= {GOAL_RSS_MB} MB at {r['qa_pairs']:,}", peak <= GOAL_RSS_MB))
             verdicts.append((f"<= 60 min per million at {r['qa_pairs']:,}", per_million <= GOAL_SECONDS_1M))
     if verdicts:
@@ -176,8 +176,13 @@ def main() -> None:
     parser.add_argument("--pool-dir", type=Path, default=Path.home() / ".cache" / "rsgen-bench",
                         help="where drawn demo pools are kept between runs")
     parser.add_argument("--keep", type=Path, default=None, help="run in a folder under this one (default: /tmp)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the results to this file")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results to this file (after each size)")
+    parser.add_argument("--table", type=Path, nargs="+", default=None,
+                        help="only print the table of results written by --json (one or more files, in size order)")
     args = parser.parse_args()
+    if args.table:
+        print_table([r for path in args.table for r in json.loads(path.read_text())])
+        return
     args.pool_dir.mkdir(parents=True, exist_ok=True)
     results = []
     for size in args.sizes:
