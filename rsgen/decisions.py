@@ -16,7 +16,7 @@ from typing import Any
 
 from rsgen.config import RecipeConfig, RecipeError, recipe_fields
 from rsgen.layout import OutputLayout
-from rsgen.records import GenerateRecord, VerifyRecord, records_by_key
+from rsgen.records import GenerateRecord, VerifyRecord, read_records, records_by_key
 from rsgen.store import CheckpointStore
 
 SETTINGS_FILE = "settings.json"
@@ -71,10 +71,11 @@ def decided_records(recipe: RecipeConfig) -> dict[str, GenerateRecord]:
                           "model")
     decisions = records_by_key(CheckpointStore(folder), VerifyRecord)
     out = {}
-    for key, rec in records_by_key(CheckpointStore(layout.generate_work), GenerateRecord).items():
-        decision = decisions.get(key)
+    # The generate records are read one by one, not as a dict first: the decided copy is all that is kept.
+    for rec in read_records(CheckpointStore(layout.generate_work), GenerateRecord):
+        decision = decisions.get(rec.key)
         if decision is None:
-            raise RecipeError(f"generate response {key!r} has no decision in {str(folder)!r} (generate ran again "
-                              "after verify?): run `rsgen verify --config RECIPE` (or `rsgen run`)")
-        out[key] = rec.decided(decision)
+            raise RecipeError(f"generate response {rec.key!r} has no decision in {str(folder)!r} (generate ran "
+                              "again after verify?): run `rsgen verify --config RECIPE` (or `rsgen run`)")
+        out[rec.key] = rec.decided(decision)
     return out

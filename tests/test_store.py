@@ -13,6 +13,7 @@ import pytest
 
 from rsgen.interrupt import Interrupted, interruptible
 from rsgen.store import CheckpointStore, run_keyed_work, shard_for_rank
+from rsgen.store.checkpoint import COMPACT_FAN_IN
 
 
 def test_parts_are_atomic_and_resumable(tmp_path):
@@ -296,3 +297,50 @@ def test_a_signal_during_a_part_write_waits_for_the_part(tmp_path, monkeypatch):
     with interruptible(), pytest.raises(Interrupted):
         writer.flush()
     assert store.done_keys() == {"k0", "k1", "k2"} and writer.buffer == []
+
+
+def test_a_writer_merges_its_parts_so_that_they_stay_few(tmp_path):
+    """Flushed after every record, 2,000 records would be 2,000 parts; merged 16 at a time they are a few dozen,
+    every record read once, in write order."""
+    store = CheckpointStore(tmp_path)
+    with store.writer(0, every_items=1, every_seconds=1e9) as w:
+        for i in range(2000):
+            w.add({"key": f"k{i:04d}", "v": i})
+            if i == 999:  # mid-way, a reader sees every record written so far
+                assert store.done_keys() == {f"k{j:04d}" for j in range(1000)}
+    assert len(store.parts()) <= 4 * (COMPACT_FAN_IN - 1)
+    assert [r["key"] for r in store.iter_records()] == [f"k{i:04d}" for i in range(2000)]
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_merge_cut_short_leaves_records_twice_and_they_are_read_once(tmp_path, monkeypatch):
+    """A kill after the merged part is on disk and before its sources are removed: nothing is lost."""
+    from pathlib import Path
+
+    def killed(self, missing_ok=False):
+        raise KeyboardInterrupt  # stands for the kill: the merged part was published, no source removed yet
+
+    store = CheckpointStore(tmp_path)
+    writer = store.writer(0, every_items=1, every_seconds=1e9)
+    monkeypatch.setattr(Path, "unlink", killed)
+    with pytest.raises(KeyboardInterrupt):
+        for i in range(COMPACT_FAN_IN):
+            writer.add({"key": f"k{i:02d}"})
+    monkeypatch.undo()
+    assert len(store.parts()) == COMPACT_FAN_IN + 1  # the sources and the merged part
+    assert [r["key"] for r in store.iter_records()] == [f"k{i:02d}" for i in range(COMPACT_FAN_IN)]
+    assert store.done_keys() == {f"k{i:02d}" for i in range(COMPACT_FAN_IN)}
+
+
+def test_a_damaged_part_is_never_merged_and_still_goes_to_quarantine(tmp_path, caplog):
+    store = CheckpointStore(tmp_path)
+    writer = store.writer(0, every_items=1, every_seconds=1e9)
+    for i in range(COMPACT_FAN_IN - 1):
+        writer.add({"key": f"k{i:02d}", "response": "x" * 20})
+    bad = store.parts()[3]
+    bad.write_bytes(bad.read_bytes().replace(b"xxx", b"xyx", 1))  # still JSON: only the CRC tells
+    writer.add({"key": "last", "response": "x"})  # the merge
+    assert bad.exists() and len(store.parts()) == 2  # the merged part, and the damaged one left out of it
+    with caplog.at_level("WARNING"):
+        assert store.done_keys() == {f"k{i:02d}" for i in range(COMPACT_FAN_IN - 1)} - {"k03"} | {"last"}
+    assert (tmp_path / "quarantine" / bad.name).exists() and "quarantine" in caplog.text

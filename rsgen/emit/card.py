@@ -424,13 +424,15 @@ def _image_extension(data: bytes) -> str:
 
 
 def read_example_rows(dataset_dir: Path, config: str, count: int) -> list[dict[str, Any]]:
-    """The first `count` rows of a config, read from its shards in order."""
+    """The first `count` rows of a config, read from its shards in order: batch by batch, never a whole shard (a
+    shard of a large run is hundreds of MB of images)."""
     rows: list[dict[str, Any]] = []
     for path in sorted((dataset_dir / "data" / config).glob("train-*.parquet")):
-        if len(rows) >= count:
-            break
-        table = pq.read_table(path, columns=["image", "qa"])
-        rows.extend(table.slice(0, count - len(rows)).to_pylist())
+        with pq.ParquetFile(path) as shard:
+            for batch in shard.iter_batches(batch_size=max(1, count - len(rows)), columns=["image", "qa"]):
+                rows.extend(batch.slice(0, count - len(rows)).to_pylist())
+                if len(rows) >= count:
+                    return rows
     return rows
 
 

@@ -266,7 +266,8 @@ class FamilyRouting:
     generated_tokens: int = 0
     hit_limit: int = 0
     with_reasoning: int = 0  # responses that carry reasoning (a closed reasoning block)
-    response_tokens: list[int] = field(default_factory=list)  # generated tokens per sample (histogram)
+    # generated tokens -> samples with that many (the histogram): bounded by max_new_tokens, not by the pool
+    response_tokens: Counter = field(default_factory=Counter)
     verifiers: Counter = field(default_factory=Counter)  # verifier names recorded in the generate records
     cleaning_steps: Counter = field(default_factory=Counter)  # rows per clean_meta step
     explore_questions: int = 0
@@ -332,7 +333,7 @@ def tally_row(tally: FamilyRouting, qas: Iterable[dict[str, Any]], outcomes: lis
             tally.generated_tokens += int(rec.generated_tokens or 0)
             tally.hit_limit += bool(rec.hit_limit)
             tally.with_reasoning += bool(REASONING_CLOSE_RE.search(rec.response or ""))
-            tally.response_tokens.append(int(rec.generated_tokens or 0))
+            tally.response_tokens[int(rec.generated_tokens or 0)] += 1
             if rec.verifier:
                 tally.verifiers[rec.verifier] += 1
             judged = work.judge.get(rec.key) if path == "judge" else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,14 +80,15 @@ def config_glob(config: str) -> str:
     return f"data/{config}/{SPLIT}-*"
 
 
-def response_length_histogram(lengths: list[int], max_new_tokens: int) -> dict[str, Any]:
-    """Counts of generated tokens per response in HISTOGRAM_BINS equal integer bins over [0, top]."""
+def response_length_histogram(lengths: Counter, max_new_tokens: int) -> dict[str, Any]:
+    """Counts of generated tokens per response in HISTOGRAM_BINS equal integer bins over [0, top]. `lengths`:
+    generated tokens -> responses of that length."""
     top = max([max_new_tokens, *lengths]) if lengths else max_new_tokens
     width = max(1, -(-top // HISTOGRAM_BINS))
     edges = [i * width for i in range(HISTOGRAM_BINS + 1)]
     counts = [0] * HISTOGRAM_BINS
-    for n in lengths:
-        counts[min(HISTOGRAM_BINS - 1, n // width)] += 1
+    for n, responses in lengths.items():
+        counts[min(HISTOGRAM_BINS - 1, n // width)] += responses
     return {"unit": "generated tokens", "bin_edges": edges, "counts": counts}
 
 

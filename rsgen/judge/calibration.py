@@ -385,7 +385,7 @@ def question(qa: dict[str, Any], verifier: str, seed: int = 0, tolerance: float 
 
 
 def _questions(prepared: dict[str, dict[str, Any]], verifier_for: Callable[[str], str], seed: int,
-               tolerance: float | None, side: str) -> Iterator[tuple[str, list[tuple[str, _Question]]]]:
+               tolerance: float | None, side: str) -> Iterator[tuple[str, Iterator[tuple[str, _Question]]]]:
     """Per family (sorted): its questions in a fixed-seed order, each with what the forms need."""
     by_family: dict[str, list[str]] = {}
     for qa_id, qa in prepared.items():
@@ -400,16 +400,22 @@ def _questions(prepared: dict[str, dict[str, Any]], verifier_for: Callable[[str]
         for ref in references[family]:
             by_kind.setdefault(_kind(ref, letters), []).append(ref)
         others = sorted({ref for name, refs in references.items() if name != family for ref in refs})
-        out = []
-        for qa_id in sorted(by_family[family], key=lambda i: _rank(seed, i)):
-            qa = prepared[qa_id]
-            kind = _kind(qa["answers"][0], letters)
-            out.append((qa_id, _Question(
-                answers=list(qa["answers"]), options=list(qa.get("options") or []) or None, kind=kind,
-                question=qa.get("question", ""), verifier=verifier, tolerance=tolerance,
-                same_kind=by_kind.get(kind, []), other_families=others,
-                rng=random.Random(_rank(seed, f"{side}:{qa_id}")))))
-        yield family, out
+        yield family, _family_questions(prepared, sorted(by_family[family], key=lambda i: _rank(seed, i)), letters,
+                                        verifier, tolerance, by_kind, others, seed, side)
+
+
+def _family_questions(prepared, ordered: list[str], letters: bool, verifier: str, tolerance: float | None,
+                      by_kind: dict[str, list[str]], others: list[str], seed: int, side: str):
+    """The family's questions in `ordered` order, each built when it is reached: a family needs only about
+    `size` of them, and building one for every question of a 1M-pair pool took most of the judge's start-up."""
+    for qa_id in ordered:
+        qa = prepared[qa_id]
+        kind = _kind(qa["answers"][0], letters)
+        yield qa_id, _Question(
+            answers=list(qa["answers"]), options=list(qa.get("options") or []) or None, kind=kind,
+            question=qa.get("question", ""), verifier=verifier, tolerance=tolerance,
+            same_kind=by_kind.get(kind, []), other_families=others,
+            rng=random.Random(_rank(seed, f"{side}:{qa_id}")))
 
 
 def _rotated(forms: list[str], start: int) -> list[str]:

@@ -270,7 +270,8 @@ def run_judge(recipe: RecipeConfig, state=None, engine=None) -> dict[str, Any] |
                              recipe.checkpoint_every_items, recipe.checkpoint_every_seconds)
     if not state.is_main_process:
         return None
-    missing = [k for k in stage.by_key if k not in store.done_keys()]
+    done_keys = store.done_keys()  # once: read inside the comprehension it was one scan of every part per pair
+    missing = [k for k in stage.by_key if k not in done_keys]
     if missing:
         raise RuntimeError(f"judge stage ended with {len(missing)} items unjudged (e.g. {missing[:3]})")
     result = judge_summary(recipe.output_dir)

@@ -28,11 +28,15 @@ it removed, and every drop has examples with the pool row and the evaluation row
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+import os
 import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rsgen.prepare.perceptual import (
@@ -85,6 +89,7 @@ class EvalSetTally:
     rows: int = 0
     images: int = 0  # distinct images indexed
     images_unreadable: int = 0
+    from_cache: bool = False  # its signatures came from the cache (logged; not in the report, which stays the same)
     questions: int = 0
     questions_indexed: int = 0
     templated: bool = False
@@ -126,6 +131,14 @@ class QuestionIndex:
         else:
             entry[1] += 1
         return True
+
+    def add_counted(self, set_index: int, where: str, question: str, key: str, count: int) -> None:
+        """`count` rows of one set asking the question of normalised text `key` (the first of them at `where`)."""
+        entry = self._texts.get(key)
+        if entry is None:
+            self._texts[key] = [EvalRow(set_index, where, question), count]
+        else:
+            entry[1] += count
 
     def templated_sets(self, rows_per_set: dict[int, int]) -> set[int]:
         """Sets where more than TEMPLATED_SHARE of the rows ask a question another row of the set asks."""
@@ -245,64 +258,243 @@ class Decontamination:
 
 
 EVAL_BATCH = 256  # evaluation images per batch handed to the workers
+CACHE_NAMESPACE = "decontamination"  # the signature cache: cached_assets_path("rsgen", CACHE_NAMESPACE, ...)
+_CACHE_LAYOUT = 1  # what a cached set folder holds (set.json's fields); part of the cache folder's name
+
+
+def signature_cache_root() -> Path:
+    """Where evaluation sets' signatures are kept between runs, under the Hugging Face cache conventions:
+    `huggingface_hub.cached_assets_path` (HF_ASSETS_CACHE, by default ~/.cache/huggingface/assets/), then
+    rsgen/decontamination/signatures-v{SIGNATURE_VERSION}-questions-v{QUESTION_VERSION}-layout-{n}/: a new
+    signature or question version looks in a new folder, so it computes again."""
+    from huggingface_hub import cached_assets_path
+
+    # HF_ASSETS_CACHE read now, not when huggingface_hub was imported: a process may set it later (tests, bench).
+    return cached_assets_path(library_name="rsgen", namespace=CACHE_NAMESPACE, assets_dir=os.getenv("HF_ASSETS_CACHE"),
+                              subfolder=f"signatures-v{SIGNATURE_VERSION}-questions-v{QUESTION_VERSION}-ngram{NGRAM}"
+                                        f"-layout-{_CACHE_LAYOUT}")
+
+
+def _hash_file(digest, path: str) -> None:
+    digest.update(f"{os.path.abspath(path)}\0{os.path.getsize(path)}\0".encode())
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+
+
+def eval_set_fingerprint(source) -> str | None:
+    """The content fingerprint of one evaluation set: its source settings (every SourceConfig field) and what it
+    reads -- the bytes of its local files (data_files, or every file under an image folder's data_dir), the
+    `datasets` fingerprint of a Hub dataset (it changes with the data), the drawing code's version for the demo
+    pool. None for a streamed Hub dataset, which has no fingerprint before it is read: its signatures are computed
+    on every run. (Images that rows name by path are checked by size and time when the cache is read.)"""
+    import dataclasses
+
+    from rsgen import __version__
+    from rsgen.config import DEMO_DATASET
+    from rsgen.prepare.sources import _expand_files, source_where
+
+    digest = hashlib.sha256(json.dumps(dataclasses.asdict(source), sort_keys=True, default=str).encode())
+    if source.dataset_name == DEMO_DATASET:
+        digest.update(f"demo {__version__}".encode())
+    elif source.dataset_name:
+        if source.streaming:
+            return None
+        import datasets
+
+        kwargs = {"split": source.split, **({"data_files": source.data_files} if source.data_files else {})}
+        try:
+            fingerprint = datasets.load_dataset(source.dataset_name, source.dataset_config, **kwargs)._fingerprint
+        except Exception:  # the read proper reports what is wrong with the source
+            return None
+        digest.update(str(fingerprint).encode())
+    elif source.data_files:
+        for path in _expand_files(source.data_files, source_where(0)):
+            _hash_file(digest, path)
+    else:
+        for folder, dirs, files in sorted(os.walk(source.data_dir)):
+            dirs.sort()
+            for name in sorted(files):
+                _hash_file(digest, os.path.join(folder, name))
+    return digest.hexdigest()
+
+
+def _build_set(source, set_index: int, folder: Path, submit_map) -> None:
+    """Read one evaluation set: image signatures (computed by `submit_map(fn, jobs)` in the image workers,
+    written batch by batch, so no evaluation image is held) and question texts, into `folder`: thumbs.u8 and
+    hashes.npz (the signatures of its readable images, in order) and set.json (every distinct image, the question
+    texts with their counts, the row counts). Nothing in it depends on the other sets or on the pool."""
+    import numpy as np
+
+    from rsgen.prepare.sources import iter_raw_rows
+    from rsgen.prepare.stage import _image_payload
+
+    folder.mkdir(parents=True, exist_ok=True)
+    seen: set = set()
+    images: list[list] = []  # [key, where, readable] per distinct image
+    paths: list[list] = []  # [path, size, mtime_ns] of images read from a file
+    texts: dict[str, list] = {}  # normalised text -> [where, question, rows asking it]
+    whole, content, aspect = [], [], []
+    counts = {"rows": 0, "rows_weight": 0, "questions": 0, "images_unreadable_rows": 0}
+    with open(folder / "thumbs.u8", "wb") as thumbs:
+        def flush(batch: list[tuple[list, tuple]]) -> None:
+            for (entry, _), sig in zip(batch, submit_map(eval_signatures, [job for _, job in batch])):
+                entry[2] = sig is not None
+                if sig is not None:
+                    whole.append(sig.hash_whole)
+                    content.append(sig.hash_content)
+                    aspect.append(sig.aspect)
+                    thumbs.write(sig.thumb)
+
+        batch: list[tuple[list, tuple]] = []
+        for row in iter_raw_rows(source, set_index):
+            counts["rows"] += 1
+            for qa in row.qas:
+                key = _question_key(qa.question)
+                if key is None:
+                    continue
+                counts["questions"] += 1
+                if key in texts:
+                    texts[key][2] += 1
+                else:
+                    texts[key] = [row.where, qa.question, 1]
+            counts["rows_weight"] += max(1, len(row.qas))
+            kind, payload, _ = _image_payload(row.image, row.image_bases)
+            if kind not in ("bytes", "path"):
+                counts["images_unreadable_rows"] += row.image is not None
+                continue
+            key = hashlib.sha256(payload).hexdigest() if kind == "bytes" else "path:" + payload
+            if key in seen:
+                continue
+            seen.add(key)
+            if kind == "path" and os.path.isfile(payload):
+                stat = os.stat(payload)
+                paths.append([payload, stat.st_size, stat.st_mtime_ns])
+            entry = [key, row.where, False]
+            images.append(entry)
+            batch.append((entry, (kind, payload)))
+            if len(batch) >= EVAL_BATCH:
+                flush(batch)
+                batch = []
+        flush(batch)
+    np.savez(folder / "hashes.npz", hash_whole=np.array(whole, dtype=np.uint64),
+             hash_content=np.array(content, dtype=np.uint64), aspect=np.array(aspect, dtype=np.float64))
+    (folder / "set.json").write_text(json.dumps({**counts, "images": images, "paths": paths,
+                                                 "texts": [[k, *v] for k, v in texts.items()]}))
+
+
+def _still_valid(folder: Path) -> dict | None:
+    """set.json of a cached set, when the folder is whole and every image it read from a file is unchanged."""
+    try:
+        data = json.loads((folder / "set.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for path, size, mtime_ns in data["paths"]:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return None
+        if (stat.st_size, stat.st_mtime_ns) != (size, mtime_ns):
+            return None
+    return data
+
+
+def _set_folder(source, set_index: int, work: Path, submit_map) -> tuple[Path, dict, bool]:
+    """(folder, its set.json, whether it came from the cache) of one evaluation set: the cached one when the set's
+    fingerprint has one, else built in `work` and then added to the cache (renamed into place whole: a reader
+    never sees half of it, and two runs building the same set at once keep one)."""
+    fingerprint = eval_set_fingerprint(source)
+    cached = signature_cache_root() / fingerprint if fingerprint else None
+    if cached is not None:
+        data = _still_valid(cached)
+        if data is not None:
+            return cached, data, True
+    folder = work / f"set{set_index}"
+    _build_set(source, set_index, folder, submit_map)
+    data = json.loads((folder / "set.json").read_text())
+    if cached is not None:
+        import shutil
+
+        staging = cached.with_name(f".{cached.name}.{os.getpid()}.tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            shutil.copytree(folder, staging)
+            if cached.exists():  # stale (an image file changed) or written meanwhile by another run
+                shutil.rmtree(cached, ignore_errors=True)
+            os.replace(staging, cached)
+        except OSError as err:  # a read-only or full cache costs speed, never the run
+            import logging
+
+            logging.getLogger(__name__).warning("decontamination: could not cache the signatures of %s in %s (%s)",
+                                                eval_set_name(set_index), cached, err)
+            shutil.rmtree(staging, ignore_errors=True)
+    return folder, data, False
+
+
+def _question_key(question: Any) -> str | None:
+    """A question's normalised text (what QuestionIndex keys on), None when it has none."""
+    if not isinstance(question, str) or not question.strip():
+        return None
+    return " ".join(question_words(question)) or None
 
 
 def build_decontamination(recipe, directory, submit_map) -> Decontamination:
-    """Read every evaluation set once: images -> signatures (computed by `submit_map(fn, jobs)` in the image
-    workers, written to `directory` batch by batch, so no evaluation image is held), questions -> n-gram hashes.
-    The same image on several rows (one row per question) is indexed once."""
-    import hashlib
-    import os
-
+    """The run's evaluation index in `directory`: every evaluation set's folder (`_set_folder`: from the
+    signature cache, or read once and cached), combined in recipe order. The same image in several rows or sets is
+    indexed once, under the first; question texts are counted over every set, as one set read after another."""
     import numpy as np
 
-    from rsgen.prepare.sources import describe_source, iter_raw_rows
-    from rsgen.prepare.stage import _image_payload
+    from rsgen.prepare.sources import describe_source
 
-    os.makedirs(directory, exist_ok=True)
-    images: list[EvalRow] = []
-    seen: set = set()
-    whole, content, aspect = [], [], []
-    questions = QuestionIndex()
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
     sets = [EvalSetTally(describe_source(s)) for s in recipe.decontaminate]
+    folders = [_set_folder(s, i, directory / "sets", submit_map) for i, s in enumerate(recipe.decontaminate)]
+    images: list[EvalRow] = []
+    questions = QuestionIndex()
     rows_per_set: dict[int, int] = {}
-    with open(os.path.join(directory, "thumbs.u8"), "wb") as thumbs:
-        def flush(batch: list[tuple[EvalRow, tuple]]) -> None:
-            for (row, _), sig in zip(batch, submit_map(eval_signatures, [job for _, job in batch])):
-                if sig is None:
-                    sets[row.set_index].images_unreadable += 1
-                    continue
-                sets[row.set_index].images += 1
-                images.append(row)
-                whole.append(sig.hash_whole)
-                content.append(sig.hash_content)
-                aspect.append(sig.aspect)
-                thumbs.write(sig.thumb)
-
-        batch: list[tuple[EvalRow, tuple]] = []
-        for set_index, source in enumerate(recipe.decontaminate):
+    seen: set[str] = set()
+    whole, content, aspect = [], [], []
+    # One set: its folder is the index as it is (its images are distinct already), so nothing is copied.
+    single = len(folders) == 1
+    with contextlib.nullcontext() if single else open(directory / "thumbs.u8", "wb") as thumbs:
+        for set_index, (folder, data, from_cache) in enumerate(folders):
             tally = sets[set_index]
-            for row in iter_raw_rows(source, set_index):
-                tally.rows += 1
-                for qa in row.qas:
-                    tally.questions += questions.add(set_index, row.where, qa.question)
-                rows_per_set[set_index] = rows_per_set.get(set_index, 0) + max(1, len(row.qas))
-                kind, payload, _ = _image_payload(row.image, row.image_bases)
-                if kind not in ("bytes", "path"):
-                    if row.image is not None:
-                        tally.images_unreadable += 1
-                    continue
-                key = hashlib.sha256(payload).digest() if kind == "bytes" else ("path", payload)
+            tally.rows, tally.questions = data["rows"], data["questions"]
+            tally.images_unreadable = data["images_unreadable_rows"]
+            tally.from_cache = from_cache
+            if data["rows"]:
+                rows_per_set[set_index] = data["rows_weight"]
+            for key, where, question, count in data["texts"]:
+                questions.add_counted(set_index, where, question, key, count)
+            with np.load(folder / "hashes.npz") as npz:  # each array read once (an NpzFile reads on every [])
+                arrays = {name: npz[name] for name in ("hash_whole", "hash_content", "aspect")}
+            signed = len(arrays["aspect"])
+            set_thumbs = (np.memmap(folder / "thumbs.u8", dtype=np.uint8, mode="r", shape=(signed, THUMB * THUMB * 3))
+                          if signed and not single else None)
+            position = 0  # among this set's readable images
+            for key, where, readable in data["images"]:
+                if readable:
+                    position += 1
                 if key in seen:
                     continue
                 seen.add(key)
-                batch.append((EvalRow(set_index, row.where), (kind, payload)))
-                if len(batch) >= EVAL_BATCH:
-                    flush(batch)
-                    batch = []
-        flush(batch)
-    np.savez(os.path.join(directory, "hashes.npz"), hash_whole=np.array(whole, dtype=np.uint64),
-             hash_content=np.array(content, dtype=np.uint64), aspect=np.array(aspect, dtype=np.float64))
+                if not readable:
+                    tally.images_unreadable += 1
+                    continue
+                tally.images += 1
+                images.append(EvalRow(set_index, where))
+                if not single:
+                    whole.append(arrays["hash_whole"][position - 1])
+                    content.append(arrays["hash_content"][position - 1])
+                    aspect.append(arrays["aspect"][position - 1])
+                    thumbs.write(set_thumbs[position - 1].tobytes())
+            del set_thumbs
+    if single:
+        directory = folders[0][0]
+    else:
+        np.savez(directory / "hashes.npz", hash_whole=np.array(whole, dtype=np.uint64),
+                 hash_content=np.array(content, dtype=np.uint64), aspect=np.array(aspect, dtype=np.float64))
     templated = questions.templated_sets(rows_per_set)
     indexed = questions.build(templated)
     for i, tally in enumerate(sets):

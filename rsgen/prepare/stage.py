@@ -37,7 +37,12 @@ from rsgen.prepare.cleaning import (
     ordered_steps,
     qa_id,
 )
-from rsgen.prepare.decontaminate import QUESTION_VERSION, Decontamination, build_decontamination
+from rsgen.prepare.decontaminate import (
+    QUESTION_VERSION,
+    Decontamination,
+    build_decontamination,
+    signature_cache_root,
+)
 from rsgen.prepare.images import ImageJob, ImagePack, ImageResult, encode_pil, inline_image, process_images
 from rsgen.prepare.perceptual import SIGNATURE_VERSION
 from rsgen.prepare.reasons import DROP_REASONS, MERGE_REASONS
@@ -366,8 +371,10 @@ def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
                 if recipe.decontaminate:
                     # Built once per run, before the pool, by the same workers; kept as hashes, not images.
                     decon = build_decontamination(recipe, work / "eval_index", workers.map)
-                    logger.info("prepare: decontamination index: %d evaluation images, %d identifying questions",
-                                len(decon.images), len(decon.questions.questions))
+                    logger.info("prepare: decontamination index: %d evaluation images, %d identifying questions "
+                                "(signatures of %d of %d evaluation sets from the cache in %s)",
+                                len(decon.images), len(decon.questions.questions),
+                                sum(s.from_cache for s in decon.sets), len(decon.sets), signature_cache_root())
                 _Pass1(recipe, rules, report, pack, qa_sorter, id_sorter, decon).run(workers)
             conflicts = _source_id_conflicts(id_sorter)
             # Small row groups: generate reads the pool a batch of images at a time.

@@ -33,6 +33,8 @@ _CRC_TAG = "-crc"  # part names end in -crc<8 hex digits>.jsonl: the CRC-32 of t
 # How a failed request's record reads on disk (rsgen.records: GenerateRecord.failed, reason request_failed).
 _FAILED_TEXT = ('"failed": ', '"reason": "request_failed"')
 _FAILED_MARKERS = tuple(marker.encode() for marker in _FAILED_TEXT)
+COMPACT_FAN_IN = 16  # a writer merges this many of its parts of one level into one part (see PartWriter)
+MAX_COMPACT_BYTES = 64 * 1024**2  # ... unless together they are bigger than this
 
 
 class CheckpointStore:
@@ -54,9 +56,9 @@ class CheckpointStore:
     def iter_located(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """`iter_records` with where each record was read ("PART line N"), for errors that name the file."""
         seen: set[str] = set()
-        for part in self.parts():
+        for part, lines in self._scan():
             name = str(part)
-            for number, line in enumerate(self._read_part(part), 1):
+            for number, line in enumerate(lines, 1):
                 rec = json.loads(line)
                 if rec["key"] in seen:
                     continue
@@ -71,8 +73,8 @@ class CheckpointStore:
         Parts write "key" first (see PartWriter.flush), so the key is decoded from the start of each line."""
         keys: set[str] = set()
         decode = json.JSONDecoder().raw_decode
-        for part in self.parts():
-            for line in self._read_part(part):
+        for _part, lines in self._scan():
+            for line in lines:
                 if _FAILED_TEXT[0] in line or _FAILED_TEXT[1] in line:  # a failed request: asked again
                     continue
                 if line.startswith(_KEY_PREFIX):
@@ -81,12 +83,32 @@ class CheckpointStore:
                     keys.add(json.loads(line)["key"])
         return keys
 
-    def _read_part(self, part: Path) -> list[str]:
-        """The lines of an undamaged part. A damaged part is moved to quarantine/ (its keys count as not done)."""
+    def _scan(self) -> Iterator[tuple[Path, list[str]]]:
+        """(part, its lines) for every undamaged part, each read once. A part that vanishes before it is read was
+        merged by its writer (PartWriter) or quarantined by another rank: the folder is then listed again and the
+        parts not yet read are read, so a merge under way never hides its records."""
+        read: set[str] = set()
+        while True:
+            vanished = False
+            for part in self.parts():
+                if part.name in read:
+                    continue
+                read.add(part.name)
+                lines = self._read_part(part)
+                if lines is None:
+                    vanished = True
+                else:
+                    yield part, lines
+            if not vanished:
+                return
+
+    def _read_part(self, part: Path) -> list[str] | None:
+        """The lines of an undamaged part; None when it is gone (merged or quarantined meanwhile). A damaged part is
+        moved to quarantine/ (its keys count as not done)."""
         try:
             data = part.read_bytes()
-        except FileNotFoundError:  # another rank quarantined it meanwhile
-            return []
+        except FileNotFoundError:
+            return None
         problem = part_damage(part.name, data)
         if problem is None:
             return data.decode("utf-8").splitlines()
@@ -105,19 +127,7 @@ class CheckpointStore:
         returns how many were dropped. Main process only. Each part holding such a record is written again
         without it as a new part, then the old part is removed: a crash in between leaves both, and the next call
         drops the same records again."""
-        dropped = 0
-        for part in self.parts():
-            lines = self._read_part(part)
-            kept = [json.loads(line) for line in lines]
-            kept = [rec for rec in kept if keep(rec)]
-            if len(kept) == len(lines):
-                continue
-            dropped += len(lines) - len(kept)
-            with PartWriter(self.directory, 0, max(1, len(kept)), float("inf")) as writer:
-                writer.extend(kept)
-            part.unlink()
-            fsync_path(self.directory)
-        return dropped
+        return sum(self._rewrite_without(part, lines, keep) for part, lines in self._scan())
 
     def forget_failed(self) -> int:
         """Drop the records of requests that failed every retry (a `failed` message, or reason request_failed), so
@@ -131,12 +141,13 @@ class CheckpointStore:
                 continue
             if not any(marker in data for marker in _FAILED_MARKERS):
                 continue
-            dropped += self._rewrite_without(part, lambda rec: not (rec.get("failed") or
-                                                                     rec.get("reason") == "request_failed"))
+            dropped += self._rewrite_without(part, self._read_part(part) or [],
+                                             lambda rec: not (rec.get("failed") or rec.get("reason") == "request_failed"))
         return dropped
 
-    def _rewrite_without(self, part: Path, keep: Callable[[dict[str, Any]], bool]) -> int:
-        lines = self._read_part(part)
+    def _rewrite_without(self, part: Path, lines: list[str], keep: Callable[[dict[str, Any]], bool]) -> int:
+        """Write `part` again without the records `keep` refuses, as a new part, then remove it: a crash in between
+        leaves both, and the next call drops the same records again. Returns how many were dropped."""
         kept = [rec for rec in (json.loads(line) for line in lines) if keep(rec)]
         if len(kept) == len(lines):
             return 0
@@ -152,7 +163,13 @@ class CheckpointStore:
 
 
 class PartWriter:
-    """Buffers records and flushes them as one new part every `every_items` records or `every_seconds`."""
+    """Buffers records and flushes them as one new part every `every_items` records or `every_seconds`.
+
+    The parts stay few at any size: whenever COMPACT_FAN_IN parts of one level (0: as flushed) written by this
+    writer are on disk, they are merged into one part of the next level (streamed, never held whole), until a part
+    reaches MAX_COMPACT_BYTES. A 1M-record stage flushed every 64 records thus leaves tens of parts, not ~15,600, and
+    a restart reads them in seconds. The merged part is complete on disk (fsynced, renamed, CRC in its name) before
+    its sources are removed: a kill in between leaves the same records twice, which readers take once."""
 
     def __init__(self, directory: Path, rank: int, every_items: int, every_seconds: float):
         self.directory = directory
@@ -161,6 +178,7 @@ class PartWriter:
         self.every_seconds = every_seconds
         self.buffer: list[dict[str, Any]] = []
         self.last_flush = time.monotonic()
+        self.levels: list[list[tuple[Path, int]]] = []  # this writer's parts still to merge, (path, bytes) per level
         directory.mkdir(parents=True, exist_ok=True)
         fsync_path(directory.parent)
 
@@ -176,7 +194,7 @@ class PartWriter:
             self.add(r)
 
     def flush(self) -> None:
-        with deferred():  # a SIGTERM now takes effect once the part is complete
+        with deferred():  # a SIGTERM now takes effect once the part (and any merge it completes) is on disk
             self._flush()
 
     def _flush(self) -> None:
@@ -188,20 +206,50 @@ class PartWriter:
             json.dumps({"key": rec["key"], **{k: rec[k] for k in sorted(rec) if k != "key"}}, ensure_ascii=False) + "\n"
             for rec in self.buffer
         ).encode("utf-8")
-        # Time first so parts sort in write order; uuid so two restarts within one ns never collide.
-        name = f"{time.time_ns():020d}-rank{self.rank:05d}-{uuid.uuid4().hex[:8]}{_CRC_TAG}{zlib.crc32(data):08x}"
-        tmp = self.directory / f".{name}.tmp"
+        path = self._publish([data])
+        self.buffer = []
+        self._written(path, len(data), 0)
+
+    def _publish(self, chunks: Iterable[bytes]) -> Path:
+        """Write `chunks` as one new part: temporary name, fsync, rename to its final name (CRC-32 included),
+        fsync of the directory. Returns its path."""
+        tmp = self.directory / f".{uuid.uuid4().hex}.tmp"
+        crc = 0
         try:
             with open(tmp, "wb") as fh:
-                fh.write(data)
+                for chunk in chunks:
+                    fh.write(chunk)
+                    crc = zlib.crc32(chunk, crc)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.replace(tmp, self.directory / (name + PART_SUFFIX))
+            # Time first so parts sort in write order; uuid so two restarts within one ns never collide.
+            name = f"{time.time_ns():020d}-rank{self.rank:05d}-{uuid.uuid4().hex[:8]}{_CRC_TAG}{crc:08x}{PART_SUFFIX}"
+            os.replace(tmp, self.directory / name)
         except BaseException:
             tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
             raise
         fsync_path(self.directory)  # the rename itself survives a crash
-        self.buffer = []
+        return self.directory / name
+
+    def _written(self, path: Path, size: int, level: int) -> None:
+        while len(self.levels) <= level:
+            self.levels.append([])
+        parts = self.levels[level]
+        parts.append((path, size))
+        if len(parts) < COMPACT_FAN_IN:
+            return
+        self.levels[level] = []
+        if sum(n for _, n in parts) > MAX_COMPACT_BYTES:
+            return  # big enough as they are
+        merged_from: list[Path] = []
+        merged = self._publish(_undamaged_bytes([p for p, _ in parts], merged_from))
+        if not merged_from:  # every source was damaged or gone
+            merged.unlink()
+            return
+        for source in merged_from:  # a damaged source stays, for the next reader to quarantine
+            source.unlink(missing_ok=True)
+        fsync_path(self.directory)
+        self._written(merged, merged.stat().st_size, level + 1)
 
     def close(self) -> None:
         self.flush()
@@ -212,6 +260,20 @@ class PartWriter:
     def __exit__(self, *exc) -> None:
         # Flush even on error: records in the buffer are finished work.
         self.flush()
+
+
+def _undamaged_bytes(parts: list[Path], merged_from: list[Path]) -> Iterator[bytes]:
+    """The bytes of each part that is still there and undamaged (appended to `merged_from`). A damaged one is not
+    merged -- a fresh CRC must never vouch for damaged bytes -- and stays where it is: the next reader moves it to
+    quarantine/ and its keys are done again."""
+    for part in parts:
+        try:
+            data = part.read_bytes()
+        except FileNotFoundError:  # another rank quarantined it meanwhile
+            continue
+        if part_damage(part.name, data) is None:
+            merged_from.append(part)
+            yield data
 
 
 def part_damage(name: str, data: bytes) -> str | None:

@@ -8,7 +8,8 @@ engine's end-to-end tests run a real `transformers serve`.
         ...
         stub.bodies                                     # every request body received, in arrival order
 
-    python -m rsgen.testing.stub_server --port 8123     # in a process of its own (the benchmark)
+    python -m rsgen.testing.stub_server --port 8123     # in a process of its own (the benchmarks)
+    python -m rsgen.testing.stub_server --port 8123 --content 2 --reasoning 'count'   # another fixed answer
 
 `reply(body, n)` decides each answer (n = how many chat requests came before this one): return a dict (200 with
 that JSON) or `(status, json_or_text, headers)`. The default reply is `stub_completion`. `models_reply(headers)`
@@ -190,8 +191,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="a stub OpenAI-compatible chat server that answers at once")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--served-name", default=STUB_MODEL, help="the model name it lists and answers for")
+    parser.add_argument("--content", default="stub answer", help="the answer every request gets")
+    parser.add_argument("--reasoning", default=None, help="reasoning returned apart (reasoning_content)")
     args = parser.parse_args()
-    web.run_app(build_app(models=(args.served_name,)), host="127.0.0.1", port=args.port, access_log=None, print=None)
+    completion = stub_completion(args.content, args.reasoning)
+    web.run_app(build_app(lambda body, n: completion, models=(args.served_name,)), host="127.0.0.1", port=args.port,
+                access_log=None, print=None)
 
 
 if __name__ == "__main__":

@@ -272,3 +272,62 @@ def test_prepare_with_decontamination_killed_midway_gives_the_same_pool(tmp_path
     report = json.loads((got / "prepare_report.json").read_text())
     assert report["rows"] == 180  # the pool's own first 20 images went (by image, or by their questions first)
     assert report["decontamination"]["sets"][0]["removed_qa_pairs"] == {}
+
+
+def _cached_scenario(tmp_path):
+    """An evaluation set of 6 images named by path (jsonl) and a pool holding transformed copies of 4 of them."""
+    evals, pool = tmp_path / "eval", tmp_path / "pool"
+    evals.mkdir()
+    pool.mkdir()
+    for i in range(6):
+        (evals / f"e{i}.png").write_bytes(_png(_demo_image(7, i)))
+    _write_jsonl(evals / "test.jsonl", [{"image": f"e{i}.png", "question": f"In the chart of figure {i}, what is the "
+                                         f"total number of objects left of the yellow sphere number {i}?", "answer": "3"}
+                                        for i in range(6)])
+    rows = []
+    for i, (name, transform) in enumerate(TRANSFORMS.items()):
+        (pool / f"copy_{name}.png").write_bytes(_png(transform(_demo_image(7, i))))
+        rows.append({"image": f"copy_{name}.png", "question": f"How many things in picture {name}?", "answer": "2"})
+    for i in range(10, 14):
+        (pool / f"u{i}.png").write_bytes(_png(_demo_image(99, i)))
+        rows.append({"image": f"u{i}.png", "question": f"How many spheres are in scene {i}?", "answer": "1"})
+    _write_jsonl(pool / "train.jsonl", rows)
+    return evals, pool
+
+
+def test_cached_signatures_give_the_same_pool_byte_for_byte_and_a_changed_set_is_hashed_again(tmp_path, monkeypatch):
+    """Issue #35: evaluation-set signatures are cached by the set's content fingerprint (and the signature version)
+    under the HF assets cache. The second run hashes nothing and writes the identical prepared pool; a changed
+    evaluation image is seen and its set hashed again."""
+    from rsgen.config import RecipeConfig, source_from_dict
+    from rsgen.prepare import decontaminate, run_prepare
+
+    monkeypatch.setenv("HF_ASSETS_CACHE", str(tmp_path / "assets"))
+    evals, pool = _cached_scenario(tmp_path)
+    hashed = []
+    real = decontaminate.eval_signatures
+    monkeypatch.setattr(decontaminate, "eval_signatures", lambda jobs: hashed.extend(jobs) or real(jobs))
+
+    def prepare(name):
+        recipe = RecipeConfig(output_dir=str(tmp_path / name), prepare_num_proc=1,
+                              sources=[source_from_dict({"data_files": [str(pool / "train.jsonl")], "family": "Mine"})],
+                              decontaminate=[source_from_dict({"data_files": [str(evals / "test.jsonl")]}, 0,
+                                                              "decontaminate")])
+        hashed.clear()
+        report = run_prepare(recipe)
+        shards = sorted((tmp_path / name / "prepared").glob("*.parquet"))
+        return report, [p.read_bytes() for p in shards], len(hashed)
+
+    cold, cold_shards, cold_hashed = prepare("cold")
+    assert cold_hashed == 6 and cold["dropped"] == {"contaminated_image": 4}
+    (cached,) = (tmp_path / "assets" / "rsgen" / "decontamination").iterdir()
+    assert cached.name.startswith(f"signatures-v{decontaminate.SIGNATURE_VERSION}-")
+    warm, warm_shards, warm_hashed = prepare("warm")
+    assert warm_hashed == 0, "the warm run hashed evaluation images again"
+    assert warm_shards == cold_shards
+    assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)
+
+    (evals / "e1.png").write_bytes(_png(_demo_image(8, 1)))  # the copy of e1 in the pool is no longer one
+    changed, _, changed_hashed = prepare("changed")
+    assert changed_hashed == 6
+    assert changed["dropped"] == {"contaminated_image": 3}
