@@ -103,11 +103,18 @@ class _Record:
     the memory."""
 
     __slots__ = ()
+    # Optional fields written only when set (a plain class attribute, not a field): files stay as older rsgens wrote
+    # them unless the case arises.
+    omit_when_none: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         # Field by field, not dataclasses.asdict: the fields are plain JSON values, and asdict's deep copy was a
         # fifth of the verify stage's time.
-        return {name: getattr(self, name) for name in _field_order(type(self))}
+        out = {name: getattr(self, name) for name in _field_order(type(self))}
+        for name in self.omit_when_none:
+            if out[name] is None:
+                del out[name]
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str = "a work record"):
@@ -145,6 +152,8 @@ def _field_names(cls) -> tuple[frozenset[str], tuple[str, ...]]:
 class GenerateRecord(_Record):
     """One answer of the model to one QA pair (OUTPUT_DIR/work/generate/), verified as it landed."""
 
+    omit_when_none = ("refused", "failed")
+
     key: str  # sample_key(id, sample, num_samples)
     id: str  # the prepared QA id
     sample: int
@@ -167,12 +176,6 @@ class GenerateRecord(_Record):
     # next run asks it again (`rsgen.store.CheckpointStore.forget_failed`). Written only when set.
     failed: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out = _Record.to_json(self)  # not super(): slots=True makes a new class that a super() cell misses
-        for optional in ("refused", "failed"):
-            if out[optional] is None:
-                del out[optional]
-        return out
 
 
     @property
@@ -223,6 +226,8 @@ class JudgeRecord(_Record):
     """One verdict of the judge (OUTPUT_DIR/work/judge/): on a verifier rejection, a calibration pair or a
     known-wrong pair (`kind`)."""
 
+    omit_when_none = ("miss", "refused", "failed")
+
     key: str  # judge_key(response key, kind), or known_wrong_key(id) / known_right_key(id)
     id: str  # the QA id
     kind: str  # one of JUDGE_KINDS
@@ -241,12 +246,6 @@ class JudgeRecord(_Record):
     refused: str | None = None  # a server engine refused the request: its message (the verdict is then UNSURE)
     failed: str | None = None  # the request failed every retry: the server's last message (asked again next run)
 
-    def to_json(self) -> dict[str, Any]:
-        out = _Record.to_json(self)  # not super(): slots=True makes a new class that a super() cell misses
-        for optional in ("miss", "refused", "failed"):  # only built calibration pairs carry a miss, refusals a refused
-            if out[optional] is None:
-                del out[optional]
-        return out
 
     @property
     def response_key(self) -> str:
@@ -257,6 +256,8 @@ class JudgeRecord(_Record):
 @dataclass(frozen=True, slots=True)
 class BlindRecord(_Record):
     """An accepted QA pair asked again without its image (OUTPUT_DIR/work/blind/), checked by its verifier."""
+
+    omit_when_none = ("failed",)
 
     key: str  # the QA id
     id: str
@@ -272,11 +273,6 @@ class BlindRecord(_Record):
     settings: str  # digest of the verifier settings `solvable` was decided with (rsgen.decisions.verify_settings)
     failed: str | None = None  # the request failed every retry: the server's last message (asked again next run)
 
-    def to_json(self) -> dict[str, Any]:
-        out = super().to_json()
-        if out["failed"] is None:
-            del out["failed"]
-        return out
 
 
 GENERATE_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(GenerateRecord) if f.name not in ("refused", "failed"))
