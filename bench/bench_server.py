@@ -298,7 +298,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--real", action="store_true", help="also measure against a real transformers serve")
     parser.add_argument("--real-requests", type=int, default=48)
-    parser.add_argument("--stage-images", type=int, default=800, help="demo images of the generate-stage part")
+    parser.add_argument("--stage-images", type=int, default=4000, help="demo images of the generate-stage part")
     parser.add_argument("--stage-repetitions", type=int, default=5, help="interleaved minimal-client/stage pairs; "
                         "the median of their ratios is the figure")
     parser.add_argument("--stage-only", action="store_true", help="only the generate-stage part")
