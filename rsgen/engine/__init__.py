@@ -146,7 +146,7 @@ def check_engine(recipe, role: str) -> None:
     spec = engine_spec(recipe, role)
     if name in SERVER_ENGINES:
         if recipe.engine_server:  # rsgen starts the server: it is checked once it answers (rsgen.engine.server)
-            from rsgen.engine.server import check_launcher
+            from rsgen.engine.launcher import check_launcher
 
             check_launcher(recipe.engine_server)
             return

@@ -13,10 +13,8 @@ signal) should rsgen itself be killed outright.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +27,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from rsgen.config import RecipeError
+from rsgen.engine.launcher import check_launcher  # noqa: F401 (the check, where the servers are)
 from rsgen.layout import OutputLayout
 
 logger = logging.getLogger(__name__)
@@ -55,22 +54,6 @@ def serve_command(server: str, model_path: str, served_name: str, host: str, por
         return [sys.executable, "-m", "transformers.cli.transformers", "serve", model_path, "--host", host,
                 "--port", str(port), *extra]
     raise RecipeError(f"engine_server must be vllm, sglang or transformers, got {server!r}")
-
-
-def check_launcher(server: str) -> None:
-    """The serving command of `server` is installed here (checked before any work)."""
-    if server == "vllm":
-        ok, fix = shutil.which("vllm") is not None, "pip install vllm"
-    elif server == "sglang":
-        ok, fix = importlib.util.find_spec("sglang") is not None, "pip install 'sglang[all]'"
-    elif server == "transformers":
-        ok = all(importlib.util.find_spec(m) is not None for m in ("fastapi", "uvicorn"))
-        fix = "pip install 'rsgen[serve]'"
-    else:
-        raise RecipeError(f"engine_server must be vllm, sglang or transformers, got {server!r}")
-    if not ok:
-        raise RecipeError(f"engine_server: {server} needs its serving package, which is not installed: {fix} "
-                          "(or start the server yourself and set engine_server: null)")
 
 
 @dataclass(frozen=True)

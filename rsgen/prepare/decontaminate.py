@@ -256,8 +256,8 @@ def build_decontamination(recipe, directory, submit_map) -> Decontamination:
 
     import numpy as np
 
+    from rsgen.prepare.images import image_payload
     from rsgen.prepare.sources import describe_source, iter_raw_rows
-    from rsgen.prepare.stage import _image_payload
 
     os.makedirs(directory, exist_ok=True)
     images: list[EvalRow] = []
@@ -287,7 +287,7 @@ def build_decontamination(recipe, directory, submit_map) -> Decontamination:
                 for qa in row.qas:
                     tally.questions += questions.add(set_index, row.where, qa.question)
                 rows_per_set[set_index] = rows_per_set.get(set_index, 0) + max(1, len(row.qas))
-                kind, payload, _ = _image_payload(row.image, row.image_bases)
+                kind, payload, _ = image_payload(row.image, row.image_bases)
                 if kind not in ("bytes", "path"):
                     if row.image is not None:
                         tally.images_unreadable += 1

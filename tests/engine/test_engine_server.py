@@ -4,6 +4,7 @@ serving command (the real `transformers serve` lifetime, SIGTERM included, is te
 
 from __future__ import annotations
 
+import shutil
 import socket
 import sys
 from types import SimpleNamespace
@@ -45,7 +46,7 @@ def test_one_server_per_url_and_a_judge_of_another_model_needs_its_own_port():
 
 
 def test_a_missing_serving_package_is_named_before_any_work():
-    if server_module.shutil.which("vllm") is None:
+    if shutil.which("vllm") is None:
         with pytest.raises(RecipeError, match="pip install vllm"):
             check_launcher("vllm")
     check_launcher("transformers")  # fastapi and uvicorn come with rsgen[serve] (in [dev])
