@@ -21,9 +21,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Protocol, TypeVar
 
 from rsgen.config import RecipeError
+
+
+class Name(str, Enum):
+    """A word rsgen writes to files (work records, stats.json) and reads back, typed in code: a member is its
+    word (`==`, hash, `str`, JSON and f-strings give the word) and code compares members (`via is Via.JUDGE`)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    __hash__ = str.__hash__  # Enum hashes the member's name: a dict keyed by members must find the word
+
 
 # The judge's verdicts: only CORRECT promotes, UNSURE never counts (rsgen.routing).
 CORRECT = "CORRECT"

@@ -10,9 +10,20 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rsgen.records import Name
+
 # The reason of a QA pair whose request a server refused (GenerationResult.refused): a counted drop, its record
 # keeping the server's message under "refused".
 REQUEST_REFUSED = "request_refused"
+
+
+class Role(Name):
+    """What an engine is built for: the model and decoding of one recipe role. A `str` (its value is the word the
+    recipe keys, logs and work records use), compared as a member: `spec.role is Role.JUDGE`."""
+
+    GENERATE = "generate"
+    EXPLORE = "explore"  # the generating model, sampling at explore's temperature
+    JUDGE = "judge"  # the judge model (a VLM or a text-only LM), greedy
 
 
 @dataclass

@@ -40,7 +40,7 @@ import torch
 from PIL import Image
 from transformers import BatchFeature, GenerationConfig
 
-from rsgen.engine.base import ChatRequest, EngineStats, GenerationResult
+from rsgen.engine.base import ChatRequest, EngineStats, GenerationResult, Role
 from rsgen.engine.sampling import RowSeededSampler, row_seed
 
 logger = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ class TransformersEngine:
             attn_implementation=spec.attn_implementation,
             trust_remote_code=spec.trust_remote_code,
             device=device,
-            allow_text_only=spec.role == "judge",  # the judge reads text only: a text LM will do
+            allow_text_only=spec.role is Role.JUDGE,  # the judge reads text only: a text LM will do
         )
         decoding = ("max_new_tokens", "temperature", "top_p", "token_budget", "max_batch_size", "chat_template_kwargs",
                     "seed")
