@@ -15,11 +15,26 @@ from pathlib import Path
 from typing import Any
 
 from rsgen.config import RecipeConfig, RecipeError, recipe_fields
+from rsgen.engine import REQUEST_REFUSED
 from rsgen.layout import OutputLayout
 from rsgen.records import GenerateRecord, VerifyRecord, records_by_key
 from rsgen.store import CheckpointStore
+from rsgen.verify import Decision, verify_response
+from rsgen.verify.decision import rejected
 
 SETTINGS_FILE = "settings.json"
+
+
+def decide_response(recipe: RecipeConfig, family: str, result, answers, options) -> tuple[str, Decision]:
+    """(the verifier the recipe names for `family`, its decision on a model's answer) as generate and explore
+    make it when the answer lands. A request the server refused is a `request_refused` rejection, never
+    verified (its empty text is no answer of the model's)."""
+    verifier = recipe.verifier_for(family)
+    if result.refused:
+        return verifier, rejected(REQUEST_REFUSED, None)
+    return verifier, verify_response(verifier, result.text, list(answers), options=list(options) or None,
+                                     numeric_tolerance=recipe.numeric_tolerance,
+                                     timeout_seconds=recipe.math_timeout_seconds)
 
 
 def verify_keys() -> tuple[str, ...]:

@@ -37,6 +37,19 @@ class Name(str, Enum):
     __hash__ = str.__hash__  # Enum hashes the member's name: a dict keyed by members must find the word
 
 
+def model_output(result) -> dict[str, Any]:
+    """The fields of a record that come from the model's answer (an engine's GenerationResult), the same in every
+    model stage's record: the text, its token counts, whether it hit the limit, a server's refusal."""
+    return {"response": result.text, "prompt_tokens": result.prompt_tokens, "generated_tokens": result.generated_tokens,
+            "hit_limit": result.hit_limit, "refused": result.refused or None}
+
+
+def verifier_fields(decision, verifier: str) -> dict[str, Any]:
+    """The fields of a generate or explore record that come from the verifier's decision on it."""
+    return {"extracted": decision.extracted, "match": bool(decision.match),
+            "reason": None if decision.match else decision.reason, "verifier": verifier}
+
+
 # The judge's verdicts: only CORRECT promotes, UNSURE never counts (rsgen.routing).
 CORRECT = "CORRECT"
 WRONG = "WRONG"
