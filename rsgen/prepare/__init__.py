@@ -7,16 +7,15 @@ string, so `rsgen.prepare.stage` can read STAGE's pins without the two modules i
 
 from __future__ import annotations
 
-from rsgen.stage import Stage, lazy, lazy_exports
+from rsgen.stage import Stage, lazy_exports
 
-STAGE = Stage(
-    name="prepare",
+STAGE = Stage.in_package(
+    __name__,
+    "prepare",
     help="load, group and clean the pool into OUTPUT_DIR/prepared/",
     work=lambda layout: layout.prepared,
-    run=lazy("rsgen.prepare.stage:run_prepare"),
     # Prepare is cheap next to generation and writes shared files: the main process does it.
     every_process=False,
-    check=lazy("rsgen.prepare.stage:check_prepare"),
 )
 
 __getattr__ = lazy_exports(__name__, {"run_prepare": "rsgen.prepare.stage", "check_prepare": "rsgen.prepare.stage"})
