@@ -17,6 +17,9 @@ How it keeps a GPU busy:
 Decoding is defined by the engine's arguments alone (greedy unless temperature > 0): sampling and penalty
 settings in the model's `generation_config.json` (e.g. a repetition penalty) are reset, so "temperature 0"
 means argmax decoding for every model.
+
+Longer than most modules (~520 lines): nearly all of it is the one class `TransformersEngine`, whose measuring,
+batching, background preparation and out-of-memory back-off share its model, processor and token budget.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ two batches in flight), survivors appended to on-disk buckets. Pass 2 groups eac
 duplicate questions and writes the shards. Memory is bounded by batch and bucket sizes, not by the pool.
 The stage writes into `prepared.partial/` and renames it to `prepared/` at the end, so `prepared/` is either
 complete or absent; a finished `prepared/` made from the same recipe is reused, not redone.
+
+Longer than most modules (~700 lines): the stage's two passes and the report they fill (`Tally`, `Report`, the
+examples shown for each drop) are kept together; pass 1 (`_Pass1`) is the seam a later split would take.
 """
 
 from __future__ import annotations
