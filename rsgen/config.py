@@ -3,6 +3,10 @@
 The shape follows TRL scripts (`--config recipe.yaml` plus overrides), but the parser is small and strict:
 an unknown key is an error that names the key and the closest known ones, so a typo never runs a week-long
 job with a default.
+
+Longer than most modules (~560 lines) on purpose: every recipe key is one field here with its help, stage, pins
+and readers on one line (the docs' key tables and `--help` are generated from it), next to the checks of the
+values; split, a key's declaration and its check would live apart.
 """
 
 from __future__ import annotations
@@ -243,9 +247,41 @@ def _unknown_key_error(key: str, cls, where: str, flag: bool = False, value: Any
     return RecipeError(f"{said}{hint} ({listing})")
 
 
+# The keys that take one of a few words (SourceConfig's `format` included): their documented values. YAML 1.1
+# (PyYAML, and so the command line's values too) reads off/no/false as False and on/yes/true as True, so
+# `blind_check: off` arrives as a boolean: `_check_type` turns it back into the key's word.
+ENUM_KEYS: dict[str, tuple[str, ...]] = {
+    "format": ("flat", "cauldron", "llava"),
+    "engine": ("transformers", "openai"),
+    "engine_server": ("vllm", "sglang", "transformers"),  # or null
+    "blind_check": ("off", "flag", "drop"),
+    "explore_stop": ("paired", "never"),
+    "judge_scope": ("undecided", "all"),
+    "iterate_from": ("previous", "base"),
+    # `verifier`: the names in rsgen.verify.VERIFIERS (none a YAML boolean), checked by validate_recipe
+}
+_YAML_BOOLEAN_WORDS = {False: ("off", "no", "false", "n"), True: ("on", "yes", "true", "y")}
+
+
+def enum_word(name: str, value: bool, where: str) -> str:
+    """The word of enum key `name` that YAML read as the boolean `value` (`off` for blind_check's False)."""
+    choices = ENUM_KEYS[name]
+    words = [word for word in choices if word in _YAML_BOOLEAN_WORDS[value]]
+    if len(words) != 1:
+        raise RecipeError(f"{where}: key {name!r} must be {_one_of(choices)}, got {str(value).lower()} (YAML reads "
+                          f"{'/'.join(_YAML_BOOLEAN_WORDS[value][:3])} as {str(value).lower()}, a switch, not a word)")
+    return words[0]
+
+
+def _one_of(choices: tuple[str, ...]) -> str:
+    return ", ".join(choices[:-1]) + " or " + choices[-1]
+
+
 def _check_type(name: str, value: Any, f: dataclasses.Field, where: str) -> Any:
     """Light type check with a message that names the key; YAML already gives us Python types."""
     t = str(f.type)
+    if isinstance(value, bool) and name in ENUM_KEYS:
+        return enum_word(name, value, where)
     if value is None:
         if "None" in t:
             return None

@@ -18,8 +18,22 @@ from rsgen.config import RecipeConfig, RecipeError, recipe_fields
 from rsgen.layout import OutputLayout
 from rsgen.records import GenerateRecord, VerifyRecord, read_records, records_by_key
 from rsgen.store import CheckpointStore
+from rsgen.verify import Decision, verify_response
+from rsgen.verify.decision import rejected
 
 SETTINGS_FILE = "settings.json"
+
+
+def decide_response(recipe: RecipeConfig, family: str, result, answers, options) -> tuple[str, Decision]:
+    """(the verifier the recipe names for `family`, its decision on a model's answer) as generate and explore
+    make it when the answer lands. A response with a drop reason (refused, failed every retry, no content, cut at
+    the token limit: `GenerationResult.drop_reason`) is a rejection with that reason, never verified."""
+    verifier = recipe.verifier_for(family)
+    if result.drop_reason:
+        return verifier, rejected(result.drop_reason, None)
+    return verifier, verify_response(verifier, result.text, list(answers), options=list(options) or None,
+                                     numeric_tolerance=recipe.numeric_tolerance,
+                                     timeout_seconds=recipe.math_timeout_seconds)
 
 
 def verify_keys() -> tuple[str, ...]:

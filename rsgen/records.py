@@ -21,9 +21,34 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Protocol, TypeVar
 
 from rsgen.config import RecipeError
+
+
+class Name(str, Enum):
+    """A word rsgen writes to files (work records, stats.json) and reads back, typed in code: a member is its
+    word (`==`, hash, `str`, JSON and f-strings give the word) and code compares members (`via is Via.JUDGE`)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    __hash__ = str.__hash__  # Enum hashes the member's name: a dict keyed by members must find the word
+
+
+def model_output(result) -> dict[str, Any]:
+    """The fields of a record that come from the model's answer (an engine's GenerationResult), the same in every
+    model stage's record: the text, its token counts, whether it hit the limit, a server's refusal or failure."""
+    return {"response": result.text, "prompt_tokens": result.prompt_tokens, "generated_tokens": result.generated_tokens,
+            "hit_limit": result.hit_limit, "refused": result.refused or None, "failed": result.failed or None}
+
+
+def verifier_fields(decision, verifier: str) -> dict[str, Any]:
+    """The fields of a generate or explore record that come from the verifier's decision on it."""
+    return {"extracted": decision.extracted, "match": bool(decision.match),
+            "reason": None if decision.match else decision.reason, "verifier": verifier}
+
 
 # The judge's verdicts: only CORRECT promotes, UNSURE never counts (rsgen.routing).
 CORRECT = "CORRECT"

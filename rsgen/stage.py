@@ -2,7 +2,7 @@
 that walks the stages reads that one list: `rsgen run`, the run.json pins, the command line's subcommands and
 their `--help`, the resume summary, the per-stage times in stats.json.
 
-A stage lives in its own package, which declares it as `STAGE = Stage(...)` in its `__init__.py` (importing
+A stage lives in its own package, which declares it as `STAGE = Stage.in_package(__name__, ...)` in its `__init__.py` (importing
 nothing heavy there: the command line reads the list to build its help). What a stage depends on is not declared
 here but where the recipe keys are: the `pin` and `read_by` metadata of `RecipeConfig`'s fields.
 See docs/architecture.md, "Adding a stage".
@@ -54,6 +54,16 @@ class Stage:
     def keys(self) -> tuple[str, ...]:
         """The recipe keys it reads (metadata `read_by`): what `rsgen NAME --help` lists."""
         return keys_read_by(self.name)
+
+    @classmethod
+    def in_package(cls, package: str, name: str, *, checked: bool = True, **fields: Any) -> Stage:
+        """The stage whose code is the module `package.stage`: `run_NAME(recipe, state)` and, when `checked`,
+        `check_NAME(recipe)`, both imported on first call. Every stage package declares itself with this, as
+        `STAGE = Stage.in_package(__name__, "NAME", help=..., work=..., ...)`; `fields` are the rest of Stage's."""
+        code = f"{package}.stage"
+        if checked:
+            fields["check"] = lazy(f"{code}:check_{name}")
+        return cls(name=name, run=lazy(f"{code}:run_{name}"), **fields)
 
     def has_work(self, layout: OutputLayout) -> Path | None:
         """Where its work is, when there is any on disk (None: none yet)."""

@@ -134,17 +134,147 @@ def _package_of(stage: Stage) -> Path:
     raise AssertionError(f"no package of rsgen declares the stage {stage.name!r}")
 
 
+KEYS = frozenset(f.name for f in dataclasses.fields(RecipeConfig))
+ROLE_DISPATCH = ("engine_spec", "build_engine", "check_engine")  # read the keys of the role they are given
+
+
+def _is_recipe(node: ast.AST) -> bool:
+    """`recipe`, `self.recipe`, `work.recipe`: an expression that is the run's recipe."""
+    return (isinstance(node, ast.Name) and node.id == "recipe") or (isinstance(node, ast.Attribute)
+                                                                     and node.attr == "recipe")
+
+
+def _keys_read(tree: ast.AST) -> set[str]:
+    """Keys read directly: `recipe.KEY`, `self.recipe.KEY`, `getattr(recipe, "KEY", ...)`."""
+    read = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in KEYS and _is_recipe(node.value):
+            read.add(node.attr)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+              and len(node.args) >= 2 and _is_recipe(node.args[0]) and isinstance(node.args[1], ast.Constant)
+              and node.args[1].value in KEYS):
+            read.add(node.args[1].value)
+    return read
+
+
+def _role_of(call: ast.Call) -> str | None:
+    role = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "role"), None)
+    if isinstance(role, ast.Constant):
+        return role.value
+    if isinstance(role, ast.Attribute) and isinstance(role.value, ast.Name) and role.value.id == "Role":
+        return role.attr.lower()
+    return None
+
+
+def _helpers_called(tree: ast.AST) -> set[tuple[str, str | None]]:
+    """(function, role) for every call handed the recipe (`helper(recipe, ...)`, `recipe.method()`)."""
+    called = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and _is_recipe(func.value) and func.attr not in KEYS:
+            called.add(("RecipeConfig." + func.attr, None))
+        elif any(_is_recipe(a) for a in [*node.args, *(k.value for k in node.keywords)]):
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if name:
+                called.add((name, _role_of(node) if name in ROLE_DISPATCH else None))
+    return called
+
+
+class _KeyRecorder:
+    """A recipe that records the keys read from it (the role dispatch of rsgen.engine, run for one role)."""
+
+    def __init__(self):
+        object.__setattr__(self, "read", set())
+
+    def __getattr__(self, name):
+        if name in KEYS:
+            self.read.add(name)
+        return getattr(RecipeConfig(), name)
+
+
+def _engine_keys(role: str) -> set[str]:
+    from rsgen.engine import engine_spec
+
+    recorder = _KeyRecorder()
+    engine_spec(recorder, role)
+    return recorder.read
+
+
+def _helper_index() -> dict[str, list[tuple[Path, ast.FunctionDef]]]:
+    """Every function of rsgen taking a `recipe` (by name), and RecipeConfig's methods (as RecipeConfig.NAME)."""
+    index: dict[str, list] = {}
+    for path in Path(rsgen.pipeline.__file__).parent.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name == "RecipeConfig":
+                for method in node.body:
+                    if isinstance(method, ast.FunctionDef):
+                        index.setdefault("RecipeConfig." + method.name, []).append((path, method))
+            elif isinstance(node, ast.FunctionDef) and "recipe" in [a.arg for a in node.args.args]:
+                index.setdefault(node.name, []).append((path, node))
+    return index
+
+
+def _self_keys(method: ast.FunctionDef) -> set[str]:
+    return {n.attr for n in ast.walk(method) if isinstance(n, ast.Attribute) and n.attr in KEYS
+            and isinstance(n.value, ast.Name) and n.value.id == "self"}
+
+
+def keys_read_by_package(package: Path) -> tuple[set[str], set[str]]:
+    """(keys the package reads itself, keys it reads through helpers outside it, followed call by call)."""
+    trees = [ast.parse(path.read_text()) for path in package.rglob("*.py")]
+    direct = set().union(*(_keys_read(tree) for tree in trees))
+    index = _helper_index()
+    todo = set().union(*(_helpers_called(tree) for tree in trees))
+    seen, through = set(), set()
+    while todo:
+        name, role = todo.pop()
+        if (name, role) in seen:
+            continue
+        seen.add((name, role))
+        if name in ROLE_DISPATCH and role is not None:
+            through |= _engine_keys(role)
+        for path, function in index.get(name, []):
+            if package in path.parents:
+                continue  # the package's own functions: read directly above
+            if name.startswith("RecipeConfig."):
+                through |= _self_keys(function)
+                continue
+            through |= _keys_read(function)
+            todo |= {(n, r) for n, r in _helpers_called(function) if n != "engine_spec" or r is not None}
+    return direct, through
+
+
 @pytest.mark.parametrize("stage", STAGES, ids=lambda stage: stage.name)
 def test_a_stage_package_reads_only_the_keys_it_declares(stage):
-    """`recipe.KEY` anywhere in the stage's package is a key the field metadata says that stage reads (its
-    `--help` lists exactly those): a stage cannot depend on a key without the key saying so."""
-    package = _package_of(stage)
-    keys = {f.name for f in dataclasses.fields(RecipeConfig)}
-    read = {node.attr for path in package.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "recipe"
-            and node.attr in keys}
-    assert read, f"no recipe key read in {package}: the check reads the wrong package"
-    assert read <= set(stage.keys), sorted(read - set(stage.keys))
+    """Every recipe key the stage's package reads -- `recipe.KEY`, `self.recipe.KEY`, `getattr(recipe, "KEY")`,
+    or through a helper outside the package that it hands the recipe to (`build_engine(recipe, "judge")` reads
+    the judge role's keys) -- is a key the field metadata says that stage reads (its `--help` lists exactly
+    those): a stage cannot depend on a key without the key saying so."""
+    direct, through = keys_read_by_package(_package_of(stage))
+    assert direct, f"no recipe key read in {_package_of(stage)}: the check reads the wrong package"
+    assert direct <= set(stage.keys), sorted(direct - set(stage.keys))
+    assert through <= set(stage.keys), sorted(through - set(stage.keys))
+
+
+def test_the_key_check_sees_self_recipe_getattr_and_helpers(tmp_path):
+    package = tmp_path / "fake_stage"
+    package.mkdir()
+    (package / "stage.py").write_text(
+        "class Runner:\n"
+        "    def go(self):\n"
+        "        return self.recipe.judge_scope, getattr(recipe, 'explore_stop', None)\n"
+        "def run(recipe):\n"
+        "    build_engine(recipe, 'judge')\n"
+        "    return judge_base_urls(recipe), recipe.generation_chat_template_kwargs()\n")
+    direct, through = keys_read_by_package(package)
+    assert direct == {"judge_scope", "explore_stop"}
+    assert {"judge_model_name_or_path", "judge_max_new_tokens"} <= through  # the judge role's engine keys
+    assert "explore_temperature" not in through  # not the other roles'
+    assert {"engine_judge_base_url", "engine_base_url"} <= through  # judge_base_urls reads them
+    assert {"chat_template_kwargs", "enable_thinking"} <= through  # RecipeConfig.generation_chat_template_kwargs
 
 
 def test_stage_names_are_unique_and_the_list_ends_with_the_stage_that_finishes_a_run():

@@ -4,15 +4,14 @@ template arguments); a pair whose blind answer also verifies is blind-solvable: 
 
 from __future__ import annotations
 
-from rsgen.stage import Stage, lazy, lazy_exports
+from rsgen.stage import Stage, lazy_exports
 
-STAGE = Stage(
-    name="blind",
+STAGE = Stage.in_package(
+    __name__,
+    "blind",
     help="ask every accepted pair again without its image (resumable)",
     work=lambda layout: layout.blind_work,
-    run=lazy("rsgen.blind.stage:run_blind"),
     every_process=True,  # data-parallel: every rank takes its stripe of the keys
-    check=lazy("rsgen.blind.stage:check_blind"),
     enabled=lambda recipe: recipe.blind_check != "off",
 )
 

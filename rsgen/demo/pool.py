@@ -14,6 +14,10 @@ Every answer is computed from a scene description (stored as JSON on each row) b
 question text, `answer_from_scene`, so a test can recompute every answer. Generation is deterministic: image `i`
 of seed `s` is drawn from its own random stream, so a pool is identical for the same seed and a smaller pool is a
 prefix of a larger one.
+
+Longer than most modules (~630 lines) on purpose: a demo image and its questions come from one seeded random
+stream (scene, drawing, questions, in that order), and the truth that grades a run (`solve_from_scene`) sits beside
+the question templates it must answer; split, the order of draws would be spread over files.
 """
 
 from __future__ import annotations

@@ -3,15 +3,14 @@ and the push to the Hub. See rsgen/emit/stage.py for the flow."""
 
 from __future__ import annotations
 
-from rsgen.stage import Stage, lazy, lazy_exports
+from rsgen.stage import Stage, lazy_exports
 
-STAGE = Stage(
-    name="emit",
+STAGE = Stage.in_package(
+    __name__,
+    "emit",
     help="write the dataset splits, TRL views, stats.json and the card",
     work=lambda layout: layout.dataset,
-    run=lazy("rsgen.emit.stage:run_emit"),
     every_process=False,  # one writer of dataset/ and stats.json
-    check=lazy("rsgen.emit.stage:check_emit"),
 )
 
 __getattr__ = lazy_exports(__name__, {"EmitError": "rsgen.emit.splits", "render_card": "rsgen.emit.stage",

@@ -31,6 +31,7 @@ from rsgen.records import (
     ExploreRecord,
     GenerateRecord,
     JudgeRecord,
+    Name,
     read_records,
 )
 from rsgen.routing import (
@@ -55,17 +56,35 @@ class EmitError(RecipeError):
     (A RecipeError, so the command line prints it as a one-line error.)"""
 
 
+class Via(Name):
+    """How a QA pair left the routing (PairOutcome.via)."""
+
+    VERIFIER = "verifier"  # accepted: a sample the verifier matched
+    JUDGE = "judge"  # accepted: a rejection the judge promoted
+    REJECTED = "rejected"
+    BLIND_DROPPED = "blind_dropped"  # accepted, then left out by `blind_check: drop`
+
+
+class SamplePath(Name):
+    """How one sample was decided (PairOutcome.paths; stats.json counts samples by it)."""
+
+    VERIFIER = "verifier"  # the verifier matched
+    DECISIVE = "decisive"  # rejected by a decisive mismatch, not shown to the judge
+    JUDGE = "judge"  # graded by the judge
+    UNJUDGED = "unjudged"  # rejected with no judge (judge: false, or out of its scope)
+
+
 @dataclass(frozen=True)
 class PairOutcome:
     """Where one QA pair goes, with what the splits need from the model's work."""
 
     qa_id: str
     accepted: bool
-    via: str  # "verifier" | "judge" when accepted, "rejected" otherwise
+    via: Via  # verifier | judge when accepted, rejected otherwise (blind_dropped: see with_blind)
     response: str | None  # the accepted sample's full output (reasoning included)
     wrong_vlm: str | None  # rejected: sample 0's extracted final answer (None when there was none)
     reason: str | None  # rejected: wrong_answer | judge_unsure | judge_withheld | no_answer | the verifier's reason
-    paths: tuple[str, ...] = ()  # per sample: verifier (matched) | decisive | judge (graded) | unjudged
+    paths: tuple[SamplePath, ...] = ()  # per sample: how it was decided
     withheld: int = 0  # samples whose CORRECT the leniency gate withheld
     promoted: str | None = None  # accepted by the judge: the candidate it promoted
     withheld_candidate: str | None = None  # the first candidate whose CORRECT the gate withheld
@@ -166,13 +185,13 @@ def route_pair(qa: dict[str, Any], work: WorkRecords) -> PairOutcome:
     for rec in samples:
         judged = goes_to_judge(rec, qa["answers"], qa.get("options"), work.judge_scope, work.numeric_tolerance)
         if rec.match:
-            paths.append("verifier")
+            paths.append(SamplePath.VERIFIER)
         elif work.judge_enabled and judged:
-            paths.append("judge")
+            paths.append(SamplePath.JUDGE)
         elif work.judge_enabled and needs_judging(rec):
-            paths.append("decisive")
+            paths.append(SamplePath.DECISIVE)
         else:
-            paths.append("unjudged")
+            paths.append(SamplePath.UNJUDGED)
         try:
             decisions.append(route(rec, work.judge.get(rec.key), work.judge_enabled, judged=judged,
                                    trusted=work.trusted(rec.family or "") if judged else True))
@@ -183,13 +202,13 @@ def route_pair(qa: dict[str, Any], work: WorkRecords) -> PairOutcome:
                               None)
     for rec, (accepted, _reason) in zip(samples, decisions):
         if accepted:
-            via = "verifier" if rec.match else "judge"
-            promoted = rec.extracted if via == "judge" else None
+            via = Via.VERIFIER if rec.match else Via.JUDGE
+            promoted = rec.extracted if via is Via.JUDGE else None
             return PairOutcome(qa_id, True, via, rec.response, None, None, tuple(paths), withheld, promoted)
     first = samples[0]
     reason = decisions[0][1] or WRONG_ANSWER
     wrong = first.extracted if reason != NO_ANSWER else None
-    return PairOutcome(qa_id, False, "rejected", None, wrong, reason, tuple(paths), withheld,
+    return PairOutcome(qa_id, False, Via.REJECTED, None, wrong, reason, tuple(paths), withheld,
                        withheld_candidate=withheld_candidate)
 
 
@@ -205,7 +224,7 @@ def with_blind(outcome: PairOutcome, work: WorkRecords) -> PairOutcome:
                         "first, or set blind_check: off")
     if not (work.blind_drop and rec.solvable):
         return dataclasses.replace(outcome, blind_solvable=rec.solvable)
-    return dataclasses.replace(outcome, accepted=False, via="blind_dropped", reason=BLIND_SOLVABLE,
+    return dataclasses.replace(outcome, accepted=False, via=Via.BLIND_DROPPED, reason=BLIND_SOLVABLE,
                                blind_dropped=True, blind_solvable=True)
 
 
@@ -314,7 +333,7 @@ def tally_row(tally: FamilyRouting, qas: Iterable[dict[str, Any]], outcomes: lis
             tally.blind_dropped_qa += 1
         elif outcome.accepted:
             tally.accepted_qa += 1
-            if outcome.via == "verifier":
+            if outcome.via is Via.VERIFIER:
                 tally.verifier_accepted_qa += 1
             else:
                 tally.judge_promoted_qa += 1
@@ -336,7 +355,7 @@ def tally_row(tally: FamilyRouting, qas: Iterable[dict[str, Any]], outcomes: lis
             tally.response_tokens[int(rec.generated_tokens or 0)] += 1
             if rec.verifier:
                 tally.verifiers[rec.verifier] += 1
-            judged = work.judge.get(rec.key) if path == "judge" else None
+            judged = work.judge.get(rec.key) if path is SamplePath.JUDGE else None
             if judged is not None:
                 tally.judge_verdicts[judged.verdict] += 1
                 tally.judge_generated_tokens += int(judged.generated_tokens or 0)

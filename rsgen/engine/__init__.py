@@ -24,6 +24,7 @@ from rsgen.engine.base import (
     EngineStats,
     EngineUnavailable,
     GenerationResult,
+    Role,
 )
 from rsgen.engine.models import (
     DEMO_MODEL,
@@ -39,14 +40,14 @@ ENGINES = {
     "openai": "rsgen.engine.openai_engine:OpenAIEngine.from_spec",
 }
 SERVER_ENGINES = ("openai",)  # engines that send requests to a server instead of loading the model
-ROLES = ("generate", "explore", "judge")
+ROLES = tuple(role.value for role in Role)
 
 
 @dataclass(frozen=True)
 class EngineSpec:
     """Everything an engine needs to load its model and decode, for one role."""
 
-    role: str
+    role: Role
     model_name_or_path: str  # as the recipe names it (recorded in work records and on the card)
     model_path: str  # where to load it from (the demo model's sentinel resolved to its directory)
     revision: str | None = None
@@ -71,10 +72,11 @@ class EngineSpec:
     max_retries: int = 5
 
 
-def engine_spec(recipe, role: str) -> EngineSpec:
+def engine_spec(recipe, role: Role | str) -> EngineSpec:
     """The `EngineSpec` of `role` from a recipe (`rsgen.config.RecipeConfig`)."""
     if role not in ROLES:
-        raise ValueError(f"unknown engine role {role!r}; expected one of {', '.join(ROLES)}")
+        raise ValueError(f"unknown engine role {str(role)!r}; expected one of {', '.join(ROLES)}")
+    role = Role(role)
     common = dict(
         torch_dtype=recipe.torch_dtype,
         attn_implementation=recipe.attn_implementation,
@@ -89,8 +91,8 @@ def engine_spec(recipe, role: str) -> EngineSpec:
         timeout_seconds=recipe.engine_timeout_seconds,
         max_retries=recipe.engine_max_retries,
     )
-    if role in ("generate", "explore"):  # explore: the generating model, sampling at its own temperature
-        explore = role == "explore"
+    if role is not Role.JUDGE:  # explore: the generating model, sampling at its own temperature
+        explore = role is Role.EXPLORE
         return EngineSpec(
             role=role,
             model_name_or_path=recipe.model_name_or_path,
@@ -132,7 +134,7 @@ def served_model_name(recipe, name: str) -> str:
     (rsgen gives it the resolved path, the demo model's directory included); vLLM and SGLang started by rsgen get
     `--served-model-name` = the recipe's name (an `engine_server_command` without `{served_name}`: the path it was
     given); a server the user started serves what the recipe names."""
-    from rsgen.engine.server import command_serves_under_its_path
+    from rsgen.engine.launcher import command_serves_under_its_path
 
     if recipe.engine_server == "transformers" or command_serves_under_its_path(recipe.engine_server_command):
         return resolve_model_path(name)
@@ -144,7 +146,7 @@ def judge_model_name(recipe) -> str:
     return recipe.judge_model_name_or_path or recipe.model_name_or_path
 
 
-def check_engine(recipe, role: str) -> None:
+def check_engine(recipe, role: Role | str) -> None:
     """Before any work: the recipe's engine exists and the model of `role` is one it can load (config only).
     Raises a one-line RecipeError (ModelLoadError) naming the value and the fix."""
     name = getattr(recipe, "engine", "transformers")
@@ -153,7 +155,7 @@ def check_engine(recipe, role: str) -> None:
     spec = engine_spec(recipe, role)
     if name in SERVER_ENGINES:
         if recipe.engine_server:  # rsgen starts the server: it is checked once it answers (rsgen.engine.server)
-            from rsgen.engine.server import check_launcher
+            from rsgen.engine.launcher import check_launcher
 
             check_launcher(recipe.engine_server, recipe.engine_server_command)
             return
@@ -161,10 +163,11 @@ def check_engine(recipe, role: str) -> None:
 
         check_servers(spec.base_urls, spec.served_model, api_key_from_env(spec.api_key_env))
         return
-    check_model_config(spec.model_name_or_path, spec.revision, spec.trust_remote_code, allow_text_only=role == "judge")
+    check_model_config(spec.model_name_or_path, spec.revision, spec.trust_remote_code,
+                       allow_text_only=spec.role is Role.JUDGE)
 
 
-def build_engine(recipe, role: str, device=None) -> Engine:
+def build_engine(recipe, role: Role | str, device=None) -> Engine:
     """Load the model of `role` and return the engine the recipe's `engine` key names."""
     name = getattr(recipe, "engine", "transformers")
     if name not in ENGINES:
@@ -188,6 +191,7 @@ __all__ = [
     "EngineStats",
     "GenerationResult",
     "ModelLoadError",
+    "Role",
     "build_engine",
     "check_engine",
     "demo_model_path",

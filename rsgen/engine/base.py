@@ -10,7 +10,16 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rsgen.records import HIT_TOKEN_LIMIT, NO_CONTENT, REQUEST_FAILED, REQUEST_REFUSED
+from rsgen.records import HIT_TOKEN_LIMIT, NO_CONTENT, REQUEST_FAILED, REQUEST_REFUSED, Name
+
+
+class Role(Name):
+    """What an engine is built for: the model and decoding of one recipe role. A `str` (its value is the word the
+    recipe keys, logs and work records use), compared as a member: `spec.role is Role.JUDGE`."""
+
+    GENERATE = "generate"
+    EXPLORE = "explore"  # the generating model, sampling at explore's temperature
+    JUDGE = "judge"  # the judge model (a VLM or a text-only LM), greedy
 
 
 @dataclass

@@ -17,6 +17,9 @@ How it keeps a GPU busy:
 Decoding is defined by the engine's arguments alone (greedy unless temperature > 0): sampling and penalty
 settings in the model's `generation_config.json` (e.g. a repetition penalty) are reset, so "temperature 0"
 means argmax decoding for every model.
+
+Longer than most modules (~520 lines): nearly all of it is the one class `TransformersEngine`, whose measuring,
+batching, background preparation and out-of-memory back-off share its model, processor and token budget.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import torch
 from PIL import Image
 from transformers import BatchFeature, GenerationConfig
 
-from rsgen.engine.base import ChatRequest, EngineStats, GenerationResult
+from rsgen.engine.base import ChatRequest, EngineStats, GenerationResult, Role
 from rsgen.engine.sampling import RowSeededSampler, row_seed
 
 logger = logging.getLogger(__name__)
@@ -181,7 +184,7 @@ class TransformersEngine:
             attn_implementation=spec.attn_implementation,
             trust_remote_code=spec.trust_remote_code,
             device=device,
-            allow_text_only=spec.role == "judge",  # the judge reads text only: a text LM will do
+            allow_text_only=spec.role is Role.JUDGE,  # the judge reads text only: a text LM will do
         )
         decoding = ("max_new_tokens", "temperature", "top_p", "token_budget", "max_batch_size", "chat_template_kwargs",
                     "seed")

@@ -3,15 +3,14 @@ verified-wrong response (`explore_stop: paired`) or `explore_samples` are drawn 
 
 from __future__ import annotations
 
-from rsgen.stage import Stage, lazy, lazy_exports
+from rsgen.stage import Stage, lazy_exports
 
-STAGE = Stage(
-    name="explore",
+STAGE = Stage.in_package(
+    __name__,
+    "explore",
     help="sample beyond the greedy answer (explore_samples > 0): pass rates, on-policy pairs (resumable)",
     work=lambda layout: layout.explore_work,
-    run=lazy("rsgen.explore.stage:run_explore"),
     every_process=True,
-    check=lazy("rsgen.explore.stage:check_explore"),
     enabled=lambda recipe: recipe.explore_samples > 0,  # off by default: not run, not recorded in run.json
 )
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from rsgen import routing
 from rsgen.config import RecipeConfig, RecipeError
-from rsgen.decisions import decided_records
+from rsgen.decisions import decide_response, decided_records
 from rsgen.engine import ChatRequest, build_engine, check_engine
 from rsgen.explore import STAGE
 from rsgen.layout import OutputLayout
@@ -44,15 +44,15 @@ from rsgen.records import (
     WRONG,
     ExploreRecord,
     GenerateRecord,
+    model_output,
     qa_id_of,
     records_by_key,
     sample_key,
     sample_of,
+    verifier_fields,
 )
 from rsgen.schema import PreparedPool, PreparedQuestion, iter_questions, open_prepared, user_turn
 from rsgen.store import CheckpointStore, distributed_state, run_keyed_work
-from rsgen.verify import verify_response
-from rsgen.verify.decision import rejected
 
 
 def round_samples(round_index: int, explore_samples: int) -> range:
@@ -126,37 +126,13 @@ class ExploreRound:
 
     def record(self, request: ChatRequest, result) -> dict[str, Any]:
         q: PreparedQuestion = request.meta
-        recipe = self.recipe
-        verifier = recipe.verifier_for(q.family)
-        drop = result.drop_reason  # refused, failed, no content, cut at the token limit: never a verified sample
-        if drop:
-            decision = rejected(drop, None)
-        else:
-            decision = verify_response(verifier, result.text, list(q.answers), options=list(q.options) or None,
-                                       numeric_tolerance=recipe.numeric_tolerance,
-                                       timeout_seconds=recipe.math_timeout_seconds)
+        verifier, decision = decide_response(self.recipe, q.family, result, q.answers, q.options)
         self.drawn += 1
         self.correct += bool(decision.match)
-        return ExploreRecord(
-            key=result.sample_key,
-            id=q.id,
-            sample=sample_of(result.sample_key),
-            round=self.round_index,
-            family=q.family,
-            question=q.question,
-            response=result.text,
-            extracted=decision.extracted,
-            match=bool(decision.match),
-            reason=None if decision.match else decision.reason,
-            verifier=verifier,
-            prompt_tokens=result.prompt_tokens,
-            generated_tokens=result.generated_tokens,
-            hit_limit=result.hit_limit,
-            model=recipe.model_name_or_path,
-            revision=self.revision,
-            refused=result.refused or None,
-            failed=result.failed or None,
-        ).to_json()
+        return ExploreRecord(key=result.sample_key, id=q.id, sample=sample_of(result.sample_key), round=self.round_index,
+                             family=q.family, question=q.question, **model_output(result),
+                             **verifier_fields(decision, verifier), model=self.recipe.model_name_or_path,
+                             revision=self.revision).to_json()
 
     def progress(self, record: dict[str, Any]) -> dict[str, str]:
         return {"round": str(self.round_index), "correct": f"{self.correct / max(self.drawn, 1):.1%}"}

@@ -3,15 +3,14 @@ goes. `run_generate(recipe, state)` is the stage (see `stage.py`); the engine it
 
 from __future__ import annotations
 
-from rsgen.stage import Stage, lazy, lazy_exports
+from rsgen.stage import Stage, lazy_exports
 
-STAGE = Stage(
-    name="generate",
+STAGE = Stage.in_package(
+    __name__,
+    "generate",
     help="answer every prepared question with the VLM (resumable)",
     work=lambda layout: layout.generate_work,
-    run=lazy("rsgen.generate.stage:run_generate"),
     every_process=True,
-    check=lazy("rsgen.generate.stage:check_generate"),
 )
 
 __getattr__ = lazy_exports(__name__, {"run_generate": "rsgen.generate.stage"})

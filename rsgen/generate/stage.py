@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsgen.config import RecipeConfig, RecipeError
+from rsgen.decisions import decide_response
 from rsgen.engine import ChatRequest, build_engine, check_engine
 from rsgen.generate import STAGE
 from rsgen.layout import OutputLayout
-from rsgen.records import GenerateRecord, read_records, sample_key
+from rsgen.records import GenerateRecord, model_output, read_records, sample_key, verifier_fields
 from rsgen.references import check_references
 from rsgen.schema import PreparedPool, PreparedQuestion, iter_questions, open_prepared, user_turn
 from rsgen.store import CheckpointStore, KeyedWorkSummary, distributed_state, run_keyed_work
-from rsgen.verify import verify_response
-from rsgen.verify.decision import NO_ANSWER, rejected
+from rsgen.verify.decision import NO_ANSWER
 
 logger = logging.getLogger(__name__)
 
@@ -88,25 +88,9 @@ def _requests(prepared: PreparedPool, pending: list[WorkItem]) -> Iterator[ChatR
 
 def make_record(item: WorkItem, response, decision, verifier: str, model_id: str,
                 revision: str | None) -> GenerateRecord:
-    return GenerateRecord(
-        key=item.key,
-        id=item.id,
-        sample=item.sample,
-        family=item.family,
-        question=item.question,
-        response=response.text,
-        extracted=decision.extracted,
-        match=bool(decision.match),
-        reason=None if decision.match else decision.reason,
-        verifier=verifier,
-        prompt_tokens=response.prompt_tokens,
-        generated_tokens=response.generated_tokens,
-        hit_limit=response.hit_limit,
-        model=model_id,
-        revision=revision,
-        refused=response.refused or None,
-        failed=response.failed or None,
-    )
+    return GenerateRecord(key=item.key, id=item.id, sample=item.sample, family=item.family, question=item.question,
+                          **model_output(response), **verifier_fields(decision, verifier), model=model_id,
+                          revision=revision)
 
 
 class GenerateStage:
@@ -131,24 +115,12 @@ class GenerateStage:
 
     def record(self, request: ChatRequest, response) -> dict[str, Any]:
         item: WorkItem = request.meta
-        recipe = self.recipe
-        verifier = recipe.verifier_for(item.family)
-        drop = response.drop_reason  # refused, failed, no content, cut at the token limit: never verified
-        if drop:
-            decision = rejected(drop, None)
-        else:
-            decision = verify_response(
-                verifier,
-                response.text,
-                list(item.answers),
-                options=list(item.options) or None,
-                numeric_tolerance=recipe.numeric_tolerance,
-                timeout_seconds=recipe.math_timeout_seconds,
-            )
+        verifier, decision = decide_response(self.recipe, item.family, response, item.answers, item.options)
         self.generated += 1
         self.accepted += bool(decision.match)
         self.generated_tokens += response.generated_tokens
-        return make_record(item, response, decision, verifier, recipe.model_name_or_path, self.revision).to_json()
+        return make_record(item, response, decision, verifier, self.recipe.model_name_or_path,
+                           self.revision).to_json()
 
     def progress(self, record: dict[str, Any]) -> dict | None:
         """The bar's postfix, at most once per PROGRESS_SECONDS (the bar redraws no more often; formatting and

@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 from rsgen.config import DEMO_DATASET, RecipeConfig
+from rsgen.emit.splits import Via
 from rsgen.emit.stage import load_work
 from rsgen.schema import open_prepared
 
@@ -59,7 +60,7 @@ def measure_round(round_recipe: RecipeConfig, held_out: set[str]) -> dict[str, A
             for qa in qas:
                 outcome = work.outcome(qa)
                 tally["qa"] += 1
-                tally["verifier"] += outcome.accepted and outcome.via == "verifier"
+                tally["verifier"] += outcome.accepted and outcome.via is Via.VERIFIER
                 tally["accepted"] += outcome.accepted
                 tally["truth"] += right.get(qa["id"], False)
     graded = truth is not None

@@ -4,15 +4,14 @@ count only in families where it said WRONG to enough known-wrong calibration pai
 
 from __future__ import annotations
 
-from rsgen.stage import Stage, lazy, lazy_exports
+from rsgen.stage import Stage, lazy_exports
 
-STAGE = Stage(
-    name="judge",
+STAGE = Stage.in_package(
+    __name__,
+    "judge",
     help="re-examine verifier rejections with the model as a text-only judge (resumable)",
     work=lambda layout: layout.judge_work,
-    run=lazy("rsgen.judge.stage:run_judge"),
     every_process=True,
-    check=lazy("rsgen.judge.stage:check_judge"),
 )
 
 __getattr__ = lazy_exports(__name__, {

@@ -39,6 +39,7 @@ from rsgen.records import (
     judge_key,
     known_right_key,
     known_wrong_key,
+    model_output,
     read_records,
     records_by_key,
 )
@@ -188,26 +189,11 @@ class JudgeStage:
         item: JudgeItem = request.meta
         verdict = parse_verdict(result.text, result.hit_limit)
         self.verdicts[verdict] += 1
-        return JudgeRecord(
-            key=item.key,
-            id=item.id,
-            sample=item.sample,
-            kind=item.kind,
-            family=item.family,
-            reference=item.reference,
-            candidate=item.candidate,
-            verdict=verdict,
-            miss=item.miss or None,
-            response=result.text,
-            prompt_tokens=result.prompt_tokens,
-            generated_tokens=result.generated_tokens,
-            hit_limit=result.hit_limit,
-            model=self.model,
-            # A request the server refused: no verdict text (UNSURE), the server's message kept.
-            refused=result.refused or None,
-            # A request that failed every retry: UNSURE for now, asked again by the next run.
-            failed=result.failed or None,
-        ).to_json()
+        # A request the server refused, or that failed every retry, has no verdict text (UNSURE); model_output
+        # keeps the server's message (a failed one is asked again by the next run).
+        return JudgeRecord(key=item.key, id=item.id, sample=item.sample, kind=item.kind, family=item.family,
+                           reference=item.reference, candidate=item.candidate, verdict=verdict, miss=item.miss or None,
+                           **model_output(result), model=self.model).to_json()
 
     def progress(self, record: dict[str, Any]) -> dict[str, int]:
         return {v: self.verdicts[v] for v in (CORRECT, WRONG, UNSURE)}

@@ -326,8 +326,8 @@ def _build_set(source, set_index: int, folder: Path, submit_map) -> None:
     texts with their counts, the row counts). Nothing in it depends on the other sets or on the pool."""
     import numpy as np
 
+    from rsgen.prepare.images import image_payload
     from rsgen.prepare.sources import iter_raw_rows
-    from rsgen.prepare.stage import _image_payload
 
     folder.mkdir(parents=True, exist_ok=True)
     seen: set = set()
@@ -359,7 +359,7 @@ def _build_set(source, set_index: int, folder: Path, submit_map) -> None:
                 else:
                     texts[key] = [row.where, qa.question, 1]
             counts["rows_weight"] += max(1, len(row.qas))
-            kind, payload, _ = _image_payload(row.image, row.image_bases)
+            kind, payload, _ = image_payload(row.image, row.image_bases)
             if kind not in ("bytes", "path"):
                 counts["images_unreadable_rows"] += row.image is not None
                 continue

@@ -20,6 +20,7 @@ import os
 import re
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 from PIL import Image, ImageFile, ImageOps
 
@@ -209,3 +210,43 @@ def encode_pil(image: Image.Image) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")  # lossless: re-encoding as JPEG would change the pixels again
     return buffer.getvalue()
+
+
+def resolve_path(path: str, bases: tuple[str, ...]) -> str:
+    """`path` as given when absolute or found under one of `bases` (the source's folders), else under the first."""
+    path = os.path.expanduser(path)
+    if os.path.isabs(path):
+        return path
+    for base in bases:
+        candidate = os.path.join(base, path)
+        if os.path.exists(candidate):
+            return candidate
+    return os.path.join(bases[0] if bases else os.getcwd(), path)
+
+
+def image_payload(value: Any, bases: tuple[str, ...]) -> tuple[str, Any, str | None]:
+    """(kind, payload, recorded path) with kind "bytes" | "path" | a drop reason."""
+    if isinstance(value, dict):
+        data, path = value.get("bytes"), value.get("path")
+        if data:
+            return "bytes", bytes(data), path if isinstance(path, str) else None
+        if isinstance(path, str) and path.strip():
+            return "path", resolve_path(path, bases), path
+        return ("image_zero_size" if data is not None else "image_missing"), None, None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return ("bytes", bytes(value), None) if len(value) else ("image_zero_size", None, None)
+    if isinstance(value, str):
+        if not value.strip():
+            return "image_missing", None, None
+        data = inline_image(value)
+        if data is not None:
+            return ("bytes", data, None) if data else ("image_undecodable", None, None)
+        return "path", resolve_path(value, bases), value
+    if value is None:
+        return "image_missing", None, None
+    if isinstance(value, Image.Image):
+        try:
+            return "bytes", encode_pil(value), getattr(value, "filename", None) or None
+        except Exception:  # a decoded image that cannot be written back
+            return "image_undecodable", None, None
+    return "image_undecodable", None, None

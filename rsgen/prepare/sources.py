@@ -14,6 +14,9 @@ for a Hub split.
 
 The columns a recipe names are checked against what the source declares -- a parquet schema, a CSV header, a Hub
 dataset's features -- or, for JSON where nothing is declared, against the keys of every record in the file.
+
+Longer than most modules (~540 lines): one short reader per source kind and file format plus the three row
+layouts, all sharing the column checks and the position naming (`file.jsonl:17`) defined here.
 """
 
 from __future__ import annotations
@@ -475,12 +478,21 @@ def _single_image(images: Any, row: RawRow) -> Any:
     return images
 
 
-def _cauldron_row(row: RawRow, record: dict, cols: dict) -> None:
+def _conversation(row: RawRow, record: dict, cols: dict) -> list | tuple | None:
+    """The row's single image and its conversation turns, shared by the conversation formats; None (with one
+    malformed QA recorded, so the drop is counted) where the turns are missing or not a list."""
     row.image = _single_image(row.image, row)
-    texts = record.get(cols["turns"])
-    if not isinstance(texts, (list, tuple)) or not texts:
+    turns = record.get(cols["turns"])
+    if not isinstance(turns, (list, tuple)) or not turns:
         row.qas.append(RawQA(None, None, None, row.source_row_id, row.source_key))
         row.row_reason = row.row_reason or "conversation_malformed"
+        return None
+    return turns
+
+
+def _cauldron_row(row: RawRow, record: dict, cols: dict) -> None:
+    texts = _conversation(row, record, cols)
+    if texts is None:
         return
     for turn_index, turn in enumerate(texts):
         qa_row_id = f"{row.source_row_id}#{turn_index}"
@@ -492,11 +504,8 @@ def _cauldron_row(row: RawRow, record: dict, cols: dict) -> None:
 
 
 def _llava_row(row: RawRow, record: dict, cols: dict) -> None:
-    row.image = _single_image(row.image, row)
-    turns = record.get(cols["turns"])
-    if not isinstance(turns, (list, tuple)) or not turns:
-        row.qas.append(RawQA(None, None, None, row.source_row_id, row.source_key))
-        row.row_reason = row.row_reason or "conversation_malformed"
+    turns = _conversation(row, record, cols)
+    if turns is None:
         return
     placeholders = sum(
         t.get("value", "").count(IMAGE_PLACEHOLDER)

@@ -5,6 +5,9 @@ two batches in flight), survivors appended to on-disk buckets. Pass 2 groups eac
 duplicate questions and writes the shards. Memory is bounded by batch and bucket sizes, not by the pool.
 The stage writes into `prepared.partial/` and renames it to `prepared/` at the end, so `prepared/` is either
 complete or absent; a finished `prepared/` made from the same recipe is reused, not redone.
+
+Longer than most modules (~700 lines): the stage's two passes and the report they fill (`Tally`, `Report`, the
+examples shown for each drop) are kept together; pass 1 (`_Pass1`) is the seam a later split would take.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from rsgen.prepare.decontaminate import (
     build_decontamination,
     signature_cache_root,
 )
-from rsgen.prepare.images import ImageJob, ImagePack, ImageResult, encode_pil, inline_image, process_images
+from rsgen.prepare.images import ImageJob, ImagePack, ImageResult, image_payload, process_images, resolve_path
 from rsgen.prepare.perceptual import SIGNATURE_VERSION
 from rsgen.prepare.reasons import DROP_REASONS, MERGE_REASONS
 from rsgen.prepare.sources import RawRow, check_source, describe_source, iter_raw_rows, source_where
@@ -184,47 +187,6 @@ def _row_value(reason: str, row: RawRow) -> Any:
 # ------------------------------------------------------------------------------------------------ images
 
 
-def _resolve_path(path: str, bases: tuple[str, ...]) -> str:
-    path = os.path.expanduser(path)
-    if os.path.isabs(path):
-        return path
-    for base in bases:
-        candidate = os.path.join(base, path)
-        if os.path.exists(candidate):
-            return candidate
-    return os.path.join(bases[0] if bases else os.getcwd(), path)
-
-
-def _image_payload(value: Any, bases: tuple[str, ...]) -> tuple[str, Any, str | None]:
-    """(kind, payload, recorded path) with kind "bytes" | "path" | a drop reason."""
-    if isinstance(value, dict):
-        data, path = value.get("bytes"), value.get("path")
-        if data:
-            return "bytes", bytes(data), path if isinstance(path, str) else None
-        if isinstance(path, str) and path.strip():
-            return "path", _resolve_path(path, bases), path
-        return ("image_zero_size" if data is not None else "image_missing"), None, None
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return ("bytes", bytes(value), None) if len(value) else ("image_zero_size", None, None)
-    if isinstance(value, str):
-        if not value.strip():
-            return "image_missing", None, None
-        data = inline_image(value)
-        if data is not None:
-            return ("bytes", data, None) if data else ("image_undecodable", None, None)
-        return "path", _resolve_path(value, bases), value
-    if value is None:
-        return "image_missing", None, None
-    try:
-        from PIL import Image
-
-        if isinstance(value, Image.Image):
-            return "bytes", encode_pil(value), getattr(value, "filename", None) or None
-    except Exception:
-        return "image_undecodable", None, None
-    return "image_undecodable", None, None
-
-
 class ImageWorkers:
     """Image checks on `num_proc` spawned processes (inline when num_proc <= 1). Results keep job order."""
 
@@ -346,8 +308,17 @@ def prepare_finished(recipe: RecipeConfig) -> bool:
     return _finished_report(OutputLayout(recipe.output_dir), recipe, recipe_fingerprint(recipe)) is not None
 
 
-def run_prepare(recipe: RecipeConfig, force: bool = False) -> dict:
-    """Write OUTPUT_DIR/prepared/ (parquet shards + prepare_report.json) and return the report."""
+def check_prepare(recipe: RecipeConfig) -> None:
+    """Raise the recipe errors prepare can find before reading a row, unless prepared/ is finished for this recipe
+    (then prepare reuses it and reads nothing). Writes nothing: a bad recipe leaves the output_dir as it was."""
+    if not prepare_finished(recipe):
+        check_sources(recipe)
+
+
+def run_prepare(recipe: RecipeConfig, state=None, force: bool = False) -> dict:
+    """Write OUTPUT_DIR/prepared/ (parquet shards + prepare_report.json) and return the report; `state` (the
+    Stage signature's) is unused: the main process prepares. A finished prepared/ made from the same recipe is
+    reused (pass force=True to redo it)."""
     layout = OutputLayout(recipe.output_dir)
     fingerprint = recipe_fingerprint(recipe)
     if not force and recipe.sources:
@@ -515,7 +486,7 @@ class _Pass1:
             yield batch
 
     def _attach_job(self, batch: Batch, pending: Pending) -> None:
-        kind, payload, recorded = _image_payload(pending.row.image, pending.row.image_bases)
+        kind, payload, recorded = image_payload(pending.row.image, pending.row.image_bases)
         pending.recorded_path = recorded
         pending.image_shown = recorded or (f"<{len(payload)} bytes>" if kind == "bytes" else pending.row.image)
         if kind not in ("bytes", "path"):
@@ -612,7 +583,7 @@ class _Pass1:
 
 
 def _existing(ref: str, bases: tuple[str, ...]) -> str | None:
-    path = _resolve_path(ref, bases)
+    path = resolve_path(ref, bases)
     return path if os.path.isfile(path) else None
 
 

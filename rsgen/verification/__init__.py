@@ -5,14 +5,15 @@
 
 from __future__ import annotations
 
-from rsgen.stage import Stage, lazy, lazy_exports
+from rsgen.stage import Stage, lazy_exports
 
-STAGE = Stage(
-    name="verify",
+STAGE = Stage.in_package(
+    __name__,
+    "verify",
     help="decide every stored response with the recipe's verifiers, without the model (seconds; resumable)",
     work=lambda layout: layout.verify_work,
-    run=lazy("rsgen.verification.stage:run_verify"),
     every_process=True,  # data-parallel like the model stages: each rank decides its stripe of the keys
+    checked=False,
 )
 
 __getattr__ = lazy_exports(__name__, {"run_verify": "rsgen.verification.stage"})

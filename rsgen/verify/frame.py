@@ -28,7 +28,6 @@ a rule ignores those it has no use for. `None` means the verifier's own default.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 
@@ -68,12 +67,20 @@ def verifier(rule: Rule) -> Callable[..., Decision]:
     return framed
 
 
-@functools.cache
-def multiple_choice_rule() -> Rule:
-    """`mc`'s rule, which decides every row with options (imported late: `rsgen.verify.mc` is built on this frame)."""
-    from rsgen.verify.mc import mc
+_MULTIPLE_CHOICE: list[Rule] = []  # mc's rule, registered by `multiple_choice_verifier` (mc is built on this frame)
 
-    return mc.rule
+
+def multiple_choice_verifier(rule: Rule) -> Callable[..., Decision]:
+    """`verifier`, for the rule that decides every row with options (`rsgen.verify.mc`): the frame keeps the rule
+    it is handed instead of importing mc, so the two modules do not import each other."""
+    _MULTIPLE_CHOICE[:] = [rule]
+    return verifier(rule)
+
+
+def multiple_choice_rule() -> Rule:
+    """`mc`'s rule, which decides every row with options (importing any verifier imports `rsgen.verify`, whose
+    registry imports mc, so it is registered before a row can reach this)."""
+    return _MULTIPLE_CHOICE[0]
 
 
 def check_settings(numeric_tolerance, timeout_seconds) -> None:

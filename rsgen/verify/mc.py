@@ -45,7 +45,7 @@ from rsgen.verify.decision import (
     accepted,
     rejected,
 )
-from rsgen.verify.frame import verifier
+from rsgen.verify.frame import multiple_choice_verifier
 from rsgen.verify.normalize import _info_cache, normalize_text, strip_latex, text_info
 
 _WHOLE_RE = re.compile(r"[\(\[]?([A-Za-z])[\)\]]?[.:)]?")
@@ -196,7 +196,7 @@ def reference_letter(reference: str, options: list[str] | tuple[str, ...] | None
     return None
 
 
-@verifier
+@multiple_choice_verifier
 def mc(prediction: str, references: tuple[str, ...], options, numeric_tolerance, timeout_seconds) -> Decision:
     """Multiple choice: the answer's single option letter against the reference letter(s)."""
     if len(references) == 1 and len(references[0]) == 1 and "A" <= references[0] <= "Z":

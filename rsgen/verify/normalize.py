@@ -18,7 +18,8 @@ percent sign ("%", "percent"), and an optional trailing unit of at most three sh
 "years old", "million"). A space separates thousands too, as in SI style and many locales ("1 000",
 "12 345.6"; a no-break or thin space becomes a space in normalisation); "1 00" and "10 0000" are not numbers.
 Reading "10 200" as two numbers would only matter if their digits, run together, happened to match the
-reference. Words for numbers ("five") are not numbers. "nan", "inf" and values that overflow
+reference. Words for numbers ("five") are not numbers, and a "unit" that is another answer glued on ("10 two",
+"10twocorrect": a number word or a verdict word) makes the text no number at all (`holds_another_answer`). "nan", "inf" and values that overflow
 a float are not numbers. Text longer than `MAX_NUMBER_CHARS` is never read as a number.
 """
 
@@ -161,7 +162,38 @@ def parse_number(text: str) -> Number | None:
         value = -value
     if unit:
         unit = unit.rstrip(".")
+        if holds_another_answer(unit):
+            return None
     return _new(Number, (value, percent is not None, currency or currency2 or "", unit or ""))
+
+
+# A "unit" that is another answer glued to the number is not a unit: "10twocorrect" (a garbled "10", "two",
+# "CORRECT") or "10 two" state two answers, not ten of something. Scale words stay units ("5 million").
+_NUMBER_WORDS = (
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty", "thirty",
+    "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
+)
+_VERDICT_WORDS = ("correct", "incorrect", "wrong", "true", "false", "unsure", "yes", "no")
+_ORDINAL_ENDINGS = ("", "s", "th", "ths")  # "3 fourths", "5 tenths": a number word used as a unit
+
+
+def holds_another_answer(unit: str) -> bool:
+    """Whether a trailing unit (normalised, lowercase) is really another answer: a number word or a verdict word,
+    alone or glued to other text ("twocorrect", "kgcorrect"); "tents", "tenths" and "corrections" stay units."""
+    for word in unit.split():
+        if word in _NUMBER_WORDS or word in _VERDICT_WORDS:
+            return True
+        if any(word.endswith(verdict) for verdict in _VERDICT_WORDS if len(verdict) >= 4):
+            return True
+        for number in _NUMBER_WORDS:
+            rest = word[len(number):]
+            if word.startswith(number) and rest not in _ORDINAL_ENDINGS and rest.startswith(_GLUED):
+                return True
+    return False
+
+
+_GLUED = _NUMBER_WORDS + _VERDICT_WORDS
 
 
 def units_compatible(a: Number, b: Number) -> bool:

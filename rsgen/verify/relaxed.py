@@ -16,7 +16,8 @@ Decisions where the official code (`float()` plus a '%' -> /100 rule) is silent 
   (The official code divides only the side with the sign by 100, so "45%" failed against "45".)
 - Trailing units ("12 kg", "5 million", "30 years") and currency signs: a side that omits the unit matches
   on the number; when both sides state a unit (or currency), the units must be equal, else the pair is
-  compared as strings. A unit is at most three short words; "5 apples, not 6" is not a number.
+  compared as strings. A unit is at most three short words; "5 apples, not 6" is not a number, nor is a
+  number with another answer glued on as its "unit" ("10twoCORRECT", "10 two": rejected for the reference 10).
 - Several references (a list): the prediction matches if it matches any of them.
 - Formatting around an answer is not part of it: markdown emphasis, `$...$`, a whole-answer `\\text{...}`,
   runs of whitespace (see `normalize_text`).

@@ -4,6 +4,7 @@ serving command (the real `transformers serve` lifetime, SIGTERM included, is te
 
 from __future__ import annotations
 
+import shutil
 import socket
 import sys
 from types import SimpleNamespace
@@ -12,7 +13,8 @@ import pytest
 
 from rsgen.config import RecipeConfig, RecipeError
 from rsgen.engine import server as server_module
-from rsgen.engine.server import check_launcher, serve_command, server_plans, serving
+from rsgen.engine.launcher import check_launcher
+from rsgen.engine.server import serve_command, server_plans, serving
 from rsgen.testing.stub_server import STUB_MODEL, free_port
 
 
@@ -45,7 +47,7 @@ def test_one_server_per_url_and_a_judge_of_another_model_needs_its_own_port():
 
 
 def test_a_missing_serving_package_is_named_before_any_work():
-    if server_module.shutil.which("vllm") is None:
+    if shutil.which("vllm") is None:
         with pytest.raises(RecipeError, match="pip install vllm"):
             check_launcher("vllm")
     check_launcher("transformers")  # fastapi and uvicorn come with rsgen[serve] (in [dev])
@@ -103,7 +105,7 @@ def test_serving_is_a_no_op_without_an_engine_server(tmp_path):
 
 
 def test_without_vllm_on_path_one_line_names_both_ways(monkeypatch):
-    monkeypatch.setattr(server_module.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(RecipeError) as info:
         check_launcher("vllm")
     message = str(info.value)
