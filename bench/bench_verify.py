@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rsgen.verify import clear_caches, compare, extract_answer, verify_response  # noqa: E402
+from rsgen.verifiers import clear_caches, compare, extract_answer, verify_response  # noqa: E402
 
 WORDS = [
     "Yes",

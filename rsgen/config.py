@@ -258,7 +258,7 @@ ENUM_KEYS: dict[str, tuple[str, ...]] = {
     "explore_stop": ("paired", "never"),
     "judge_scope": ("undecided", "all"),
     "iterate_from": ("previous", "base"),
-    # `verifier`: the names in rsgen.verify.VERIFIERS (none a YAML boolean), checked by validate_recipe
+    # `verifier`: the names in rsgen.verifiers.VERIFIERS (none a YAML boolean), checked by validate_recipe
 }
 _YAML_BOOLEAN_WORDS = {False: ("off", "no", "false", "n"), True: ("on", "yes", "true", "y")}
 
@@ -413,13 +413,13 @@ def validate_recipe(recipe: RecipeConfig) -> None:
                           f"{recipe.hub_progress_every_minutes}")
     if recipe.push_to_hub and not recipe.hub_dataset_id:
         raise RecipeError("push_to_hub: true needs hub_dataset_id: USER/NAME")
-    from rsgen.verify import VERIFIERS  # late import: verify imports nothing from config
+    from rsgen.verifiers import VERIFIERS  # late import: verify imports nothing from config
 
     names = [recipe.verifier] if isinstance(recipe.verifier, str) else list(recipe.verifier.values())
     for name in names:
         if name not in VERIFIERS:
             raise RecipeError(f"unknown verifier {name!r}; choose one of {', '.join(sorted(VERIFIERS))}")
-    from rsgen.verify.frame import check_settings
+    from rsgen.verifiers.frame import check_settings
 
     try:  # the verifiers' own check, at load time rather than at the first verified response
         check_settings(recipe.numeric_tolerance, recipe.math_timeout_seconds)

@@ -1,6 +1,6 @@
 """The verifier's decisions of a run, as the stages after verify read them.
 
-Generate stores each response with the decision made as it landed; the verify stage (`rsgen.verification`)
+Generate stores each response with the decision made as it landed; the verify stage (`rsgen.verify`)
 decides every stored response again under the recipe's verifier settings and writes the decisions to
 work/verify/, with `settings.json` naming the settings they were made with. Explore, judge and emit read a
 response's decision from there (`decided_records`): work/verify/ made with other settings, or not finished, is
@@ -18,8 +18,8 @@ from rsgen.config import RecipeConfig, RecipeError, recipe_fields
 from rsgen.layout import OutputLayout
 from rsgen.records import GenerateRecord, VerifyRecord, read_records, records_by_key
 from rsgen.store import CheckpointStore
-from rsgen.verify import Decision, verify_response
-from rsgen.verify.decision import rejected
+from rsgen.verifiers import Decision, verify_response
+from rsgen.verifiers.decision import rejected
 
 SETTINGS_FILE = "settings.json"
 

@@ -20,7 +20,7 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-from rsgen import blind, emit, explore, generate, judge, prepare, verification
+from rsgen import blind, emit, explore, generate, judge, prepare, verify
 from rsgen.config import RecipeConfig, RecipeError
 from rsgen.engine.server import serving
 from rsgen.layout import OutputLayout
@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 # Verify decides the stored responses before anything reads a decision; explore runs before the judge: the judge
 # grades the explore samples that need a verdict too.
-STAGES: tuple[Stage, ...] = (prepare.STAGE, generate.STAGE, verification.STAGE, explore.STAGE, judge.STAGE,
+STAGES: tuple[Stage, ...] = (prepare.STAGE, generate.STAGE, verify.STAGE, explore.STAGE, judge.STAGE,
                              blind.STAGE, emit.STAGE)
 
 

@@ -1,7 +1,7 @@
 """What each family's verifier can do with the prepared references, checked before any model work.
 
 Verification is a pure function of the response, the references and the options, and `bad_input` depends on the
-references and options alone (`rsgen.verify.unusable_reference`). So before a model is loaded:
+references and options alone (`rsgen.verifiers.unusable_reference`). So before a model is loaded:
 
 - `verifier: mc` for a family with rows without options is refused: `mc` reads option letters, and a free-form
   row has none to read. Every other verifier checks a row with options as multiple choice and a row without as
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from rsgen.config import RecipeConfig, RecipeError
 from rsgen.schema import PreparedPool, PreparedQuestion, iter_questions
-from rsgen.verify import unusable_reference
+from rsgen.verifiers import unusable_reference
 
 BAD_INPUT_WARN_SHARE = 0.05
 

@@ -4,7 +4,7 @@ stage selects its work with them, emit routes every QA pair with them).
 - A generate record is judged when the verifier rejected it and it has an extractable answer (`needs_judging`),
   unless the rejection is decisive and `judge_scope` is `undecided` (the default): a number outside the
   verifier's tolerance, or a different option letter, stays `wrong_answer` without asking the judge
-  (`rsgen.verify.decisive`). Pairs with nothing extractable stay rejected as `no_answer`, pairs whose reference
+  (`rsgen.verifiers.decisive`). Pairs with nothing extractable stay rejected as `no_answer`, pairs whose reference
   the verifier cannot use as `bad_input`.
 - Only a `CORRECT` verdict promotes. `WRONG` -> `wrong_answer`, `UNSURE` -> `judge_unsure`; UNSURE never counts.
 - The leniency gate: in a family where the judge said WRONG to fewer than `judge_min_specificity` of the
@@ -28,14 +28,14 @@ from rsgen.records import (
     GenerateRecord,
     JudgeRecord,
 )
-from rsgen.verify.decision import BAD_INPUT, NO_ANSWER, WRONG_ANSWER
-from rsgen.verify.decisive import decisive_mismatch
+from rsgen.verifiers.decision import BAD_INPUT, NO_ANSWER, WRONG_ANSWER
+from rsgen.verifiers.decisive import decisive_mismatch
 
 JUDGE_SCOPES = ("undecided", "all")
 WITHHELD = "judge_withheld"
 JUDGE_UNSURE = "judge_unsure"
 BLIND_SOLVABLE = "blind_solvable"
-# The reasons routing gives a rejected pair besides the verifier's own (rsgen.verify.REASONS, kept as they are with
+# The reasons routing gives a rejected pair besides the verifier's own (rsgen.verifiers.REASONS, kept as they are with
 # judge: false); docs/reasons.md is made from this table.
 ROUTING_REASONS: dict[str, str] = {
     WRONG_ANSWER: "the verifier rejected the answer and the judge said WRONG, or the mismatch was decisive (a "
@@ -69,7 +69,7 @@ def needs_judging(generate_record: GenerateRecord) -> bool:
 
 def is_decisive(generate_record: GenerateRecord, answers: Sequence[str], options: Sequence[str] | None,
                 numeric_tolerance: float | None) -> bool:
-    """A verifier rejection that is final: see `rsgen.verify.decisive`."""
+    """A verifier rejection that is final: see `rsgen.verifiers.decisive`."""
     return (
         needs_judging(generate_record)
         and generate_record.reason == WRONG_ANSWER

@@ -696,8 +696,8 @@ def evaluate(model_dir: Path, seed: int, num_images: int, max_new_tokens: int = 
     from rsgen.engine.transformers_engine import TransformersEngine
     from rsgen.judge.prompt import render_judge_prompt
     from rsgen.judge.verdict import parse_verdict
-    from rsgen.verify import verify_response
-    from rsgen.verify.decisive import decisive_mismatch
+    from rsgen.verifiers import verify_response
+    from rsgen.verifiers.decisive import decisive_mismatch
 
     recipe = load_recipe(RECIPE)
     model, processor = load_model_and_processor(str(model_dir))

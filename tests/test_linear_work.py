@@ -28,7 +28,7 @@ from rsgen.explore import stage as explore_stage  # noqa: E402
 from rsgen.judge.stage import run_judge  # noqa: E402
 from rsgen.schema import PreparedPool  # noqa: E402
 from rsgen.store import CheckpointStore  # noqa: E402
-from rsgen.verification.stage import run_verify  # noqa: E402
+from rsgen.verify.stage import run_verify  # noqa: E402
 
 SIZES = (40, 160)  # QA pairs
 

@@ -23,7 +23,7 @@ from rsgen.records import CALIBRATION_PREFIX, KNOWN_WRONG_PREFIX
 from rsgen.schema import iter_questions, open_prepared
 from rsgen.store import CheckpointStore
 from rsgen.testing.own_data import draw_rows, write_csv, write_jsonl
-from rsgen.verify.mc import reference_letter
+from rsgen.verifiers.mc import reference_letter
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rsgen.prepare.reasons import DROP_REASONS, MERGE_REASONS
 from rsgen.routing import ROUTING_REASONS
-from rsgen.verify import REASONS
+from rsgen.verifiers import REASONS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def test_every_prepare_reason_in_the_code_is_in_the_list():
 
 
 def test_every_verifier_and_routing_reason_is_in_the_lists():
-    import rsgen.verify.decision as decision
+    import rsgen.verifiers.decision as decision
 
     constants = {v for k, v in vars(decision).items() if k.isupper() and isinstance(v, str)}
     assert constants == set(REASONS)

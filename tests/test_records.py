@@ -82,7 +82,7 @@ def test_a_server_refusal_is_kept_in_the_record_and_stays_a_refusal_when_verifie
     from rsgen.config import RecipeConfig
     from rsgen.engine import REQUEST_REFUSED
     from rsgen.schema import PreparedQuestion
-    from rsgen.verification.stage import StoredResponses, VerifyRequest
+    from rsgen.verify.stage import StoredResponses, VerifyRequest
 
     refused = generate_record(response="", extracted=None, match=False, reason=REQUEST_REFUSED,
                               refused="prompt longer than the context")

@@ -23,7 +23,7 @@ from rsgen.records import CALIBRATION, KNOWN_WRONG, BlindRecord, JudgeRecord, re
 from rsgen.routing import goes_to_judge, judge_trusted, route
 from rsgen.schema import PreparedQuestion, iter_questions, open_prepared
 from rsgen.store import CheckpointStore, distributed_state, run_keyed_work
-from rsgen.verify import verify_response
+from rsgen.verifiers import verify_response
 
 logger = logging.getLogger(__name__)
 

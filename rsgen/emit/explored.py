@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from rsgen.records import ExploreRecord, GenerateRecord, read_records
 from rsgen.store import CheckpointStore
-from rsgen.verify.decision import WRONG_ANSWER
+from rsgen.verifiers.decision import WRONG_ANSWER
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from rsgen.routing import (
     route,
 )
 from rsgen.store import CheckpointStore
-from rsgen.verify.decision import NO_ANSWER, WRONG_ANSWER
+from rsgen.verifiers.decision import NO_ANSWER, WRONG_ANSWER
 
 # A response carries reasoning when it closes a reasoning block (a hosted model that hides its reasoning never does).
 REASONING_CLOSE_RE = re.compile(r"</(?:think|thinking|thought|reasoning)>")

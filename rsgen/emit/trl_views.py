@@ -116,7 +116,7 @@ def grpo_rows(image: dict[str, Any], explored_qa: list[dict[str, Any]], band: tu
     """One prompt per explored question whose pass rate lies strictly inside `band` (recipe key
     `grpo_pass_rate_band`, default (0, 1): the questions the model sometimes gets right and sometimes wrong, whose
     sampled rewards still differ, so a GRPO group has an advantage to learn from; both ends strict, as OpenRLHF's
-    `--dynamic_filtering_reward_range`). `solution` is the official answer that `rsgen.verify.rewards.<verifier>`
+    `--dynamic_filtering_reward_range`). `solution` is the official answer that `rsgen.verifiers.rewards.<verifier>`
     reads. Left out: `below_band` (pass rate <= low), `above_band` (pass rate >= high)."""
     low, high = band
     rows, skipped = [], {"below_band": 0, "above_band": 0}

@@ -25,7 +25,7 @@ from rsgen.records import GenerateRecord, model_output, read_records, sample_key
 from rsgen.references import check_references
 from rsgen.schema import PreparedPool, PreparedQuestion, iter_questions, open_prepared, user_turn
 from rsgen.store import CheckpointStore, KeyedWorkSummary, distributed_state, run_keyed_work
-from rsgen.verify.decision import NO_ANSWER
+from rsgen.verifiers.decision import NO_ANSWER
 
 logger = logging.getLogger(__name__)
 

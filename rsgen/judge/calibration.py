@@ -7,7 +7,7 @@ gate (`rsgen.routing.judge_trusted`) withholds its promotions; one that says WRO
 known-right side (its recall, `judge_min_recall`, reported).
 
 Both sides are drawn only in forms the judge is actually shown: under `judge_scope: undecided` a candidate the
-decisive rule settles (`rsgen.verify.decisive`: a number beyond the tolerance, another option's letter or its bare
+decisive rule settles (`rsgen.verifiers.decisive`: a number beyond the tolerance, another option's letter or its bare
 text) never reaches the judge, so it is not used to measure it either. Under `all`, every form.
 
 Known-wrong forms (`KNOWN_WRONG_FORMS`), each stating a value that is certainly wrong (its plain form -- digits, a
@@ -42,14 +42,14 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from rsgen.verify import compare
-from rsgen.verify.decision import Decision
-from rsgen.verify.decisive import decisive_mismatch
-from rsgen.verify.inputs import check_inputs
-from rsgen.verify.mc import reference_letter
-from rsgen.verify.normalize import Number, text_info
-from rsgen.verify.numeric import DEFAULT_TOLERANCE
-from rsgen.verify.relaxed import RELATIVE_TOLERANCE
+from rsgen.verifiers import compare
+from rsgen.verifiers.decision import Decision
+from rsgen.verifiers.decisive import decisive_mismatch
+from rsgen.verifiers.inputs import check_inputs
+from rsgen.verifiers.mc import reference_letter
+from rsgen.verifiers.normalize import Number, text_info
+from rsgen.verifiers.numeric import DEFAULT_TOLERANCE
+from rsgen.verifiers.relaxed import RELATIVE_TOLERANCE
 
 NEAR_NUMBER = "near_number"
 NEIGHBOUR_LETTER = "neighbour_letter"
@@ -394,7 +394,7 @@ def _questions(prepared: dict[str, dict[str, Any]], verifier_for: Callable[[str]
     references = {family: sorted({prepared[i]["answers"][0] for i in ids}) for family, ids in by_family.items()}
     for family in sorted(by_family):
         verifier = verifier_for(family)
-        # Rows with options are multiple choice under every verifier (rsgen.verify.frame): letters are letters.
+        # Rows with options are multiple choice under every verifier (rsgen.verifiers.frame): letters are letters.
         letters = verifier == "mc" or any(prepared[i].get("options") for i in by_family[family])
         by_kind: dict[str, list[str]] = {}
         for ref in references[family]:

@@ -20,7 +20,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from rsgen.config import RecipeError, SourceConfig
-from rsgen.verify.normalize import canonical_text
+from rsgen.verifiers.normalize import canonical_text
 
 # Name -> (version, what it does). A step's version changes whenever its behaviour does.
 STEPS: dict[str, tuple[int, str]] = {

@@ -12,8 +12,8 @@ from rsgen.engine.models import load_model_and_processor
 from rsgen.engine.transformers_engine import TransformersEngine
 from rsgen.judge.prompt import render_judge_prompt
 from rsgen.judge.verdict import parse_verdict
-from rsgen.verify import verify_response
-from rsgen.verify.extract import extract_answer
+from rsgen.verifiers import verify_response
+from rsgen.verifiers.extract import extract_answer
 
 INSTRUCTION = "Answer in short without any other content."
 EVAL_SEED = 4242  # not the training seed

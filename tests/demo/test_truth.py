@@ -14,8 +14,8 @@ from rsgen.judge.stage import prepared_index
 from rsgen.layout import OutputLayout
 from rsgen.records import JudgeRecord, read_records
 from rsgen.store import CheckpointStore
-from rsgen.verify import compare
-from rsgen.verify.decisive import decisive_mismatch
+from rsgen.verifiers import compare
+from rsgen.verifiers.decisive import decisive_mismatch
 
 OPTIONS = ["cube", "sphere", "cylinder"]
 

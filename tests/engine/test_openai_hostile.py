@@ -27,7 +27,7 @@ from rsgen.prepare import run_prepare
 from rsgen.records import GenerateRecord, read_records
 from rsgen.store import CheckpointStore
 from rsgen.testing.stub_server import STUB_MODEL, StubChatServer, stub_completion
-from rsgen.verification.stage import run_verify
+from rsgen.verify.stage import run_verify
 
 KEY = "sk-live-abcdef0123456789"
 

@@ -19,7 +19,7 @@ from rsgen.layout import OutputLayout
 from rsgen.records import ExploreRecord, GenerateRecord
 from rsgen.schema import EXPLORE_RECORD_FIELDS, iter_questions, open_prepared
 from rsgen.store import CheckpointStore, distributed_state
-from rsgen.verify import verify_response
+from rsgen.verifiers import verify_response
 
 
 def records(output_dir: Path, stage: str = "explore") -> dict[str, dict]:

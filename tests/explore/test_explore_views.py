@@ -1,7 +1,7 @@
 """The explore views as emitted from a real demo run: every on-policy pair's chosen response matches the official
 answer and its rejected one does not (all rows checked), every GRPO row is in the learnable zone, stats and card
 report what was found, and TRL trains on both views as written (DPOTrainer 2 steps, GRPOTrainer 1 step with
-`rsgen.verify.rewards.relaxed` and the demo model)."""
+`rsgen.verifiers.rewards.relaxed` and the demo model)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 
 from rsgen.layout import OutputLayout
 from rsgen.schema import load_prepared
-from rsgen.verify import verify_response
+from rsgen.verifiers import verify_response
 
 
 def load_view(out, config):
@@ -153,7 +153,7 @@ def test_grpo_trainer_one_step_with_the_dotted_path_reward(explored_run, tmp_pat
     out, _ = explored_run
     dataset = load_view(out, "CLEVRMath_grpo")
     model, processor = load_model_and_processor(demo_model_path(), device="cpu")
-    module, _, name = "rsgen.verify.rewards.relaxed".rpartition(".")  # as trl/scripts/grpo.py resolves it
+    module, _, name = "rsgen.verifiers.rewards.relaxed".rpartition(".")  # as trl/scripts/grpo.py resolves it
     reward = getattr(importlib.import_module(module), name)
     seen = []
 

@@ -23,7 +23,7 @@ from rsgen.layout import OutputLayout
 from rsgen.prepare import run_prepare
 from rsgen.schema import GENERATE_RECORD_FIELDS, load_prepared
 from rsgen.store import CheckpointStore, distributed_state
-from rsgen.verify import verify_response
+from rsgen.verifiers import verify_response
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_2PROC = REPO / "accelerate_configs" / "cpu_2proc.yaml"

@@ -21,8 +21,8 @@ from rsgen.judge.calibration import (
     number_word,
     question,
 )
-from rsgen.verify import compare
-from rsgen.verify.decisive import decisive_mismatch
+from rsgen.verifiers import compare
+from rsgen.verifiers.decisive import decisive_mismatch
 
 
 @pytest.mark.parametrize("reference, verifier, tolerance, expected", [

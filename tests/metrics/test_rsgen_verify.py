@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rsgen.metrics import METRIC_NAME, metric_path
-from rsgen.verify import VERIFIERS, reward_function, verify_response
+from rsgen.verifiers import VERIFIERS, reward_function, verify_response
 
 evaluate = pytest.importorskip("evaluate")  # a hard dependency; importorskip only keeps the import local
 

@@ -2,13 +2,13 @@
 
 `evaluate` copies this file into its module cache and imports it from there, so it imports rsgen by its
 absolute name (the package must be installed) and holds no logic of its own: every decision comes from
-`rsgen.verify.verify_response`, the function the rsgen pipeline and the TRL rewards use.
+`rsgen.verifiers.verify_response`, the function the rsgen pipeline and the TRL rewards use.
 """
 
 import datasets
 import evaluate
 
-from rsgen.verify import VERIFIERS, verify_response
+from rsgen.verifiers import VERIFIERS, verify_response
 
 _CITATION = """\
 @inproceedings{masry-etal-2022-chartqa,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from rsgen.verify import compare, verify_response
-from rsgen.verify.mc import option_letter
+from rsgen.verifiers import compare, verify_response
+from rsgen.verifiers.mc import option_letter
 
 OPTIONS = ["red", "blue", "green", "yellow"]
 

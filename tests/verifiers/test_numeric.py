@@ -2,7 +2,7 @@
 
 import pytest
 
-from rsgen.verify import compare
+from rsgen.verifiers import compare
 
 # (prediction, references, tolerance or None for the default 1e-6, match)
 CASES = [

@@ -3,9 +3,9 @@ numeric tolerance: "1,000" does not match "1000" and "5.0" does not match "5". A
 
 from __future__ import annotations
 
-from rsgen.verify.decision import WRONG_ANSWER, Decision, accepted, rejected
-from rsgen.verify.frame import verifier
-from rsgen.verify.normalize import text_info
+from rsgen.verifiers.decision import WRONG_ANSWER, Decision, accepted, rejected
+from rsgen.verifiers.frame import verifier
+from rsgen.verifiers.normalize import text_info
 
 
 @verifier

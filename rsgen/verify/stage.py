@@ -31,9 +31,9 @@ from rsgen.records import GenerateRecord, VerifyRecord, records_by_key
 from rsgen.references import check_references
 from rsgen.schema import PreparedQuestion, iter_questions, open_prepared
 from rsgen.store import CheckpointStore, KeyedWorkSummary, distributed_state, run_keyed_work
-from rsgen.verification import STAGE
-from rsgen.verify import verify_response
-from rsgen.verify.decision import rejected
+from rsgen.verifiers import verify_response
+from rsgen.verifiers.decision import rejected
+from rsgen.verify import STAGE
 
 logger = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ import inspect
 
 import pytest
 
-from rsgen.verify import VERIFIERS, Decision, compare
-from rsgen.verify.frame import verifier
+from rsgen.verifiers import VERIFIERS, Decision, compare
+from rsgen.verifiers.frame import verifier
 
 NAMES = sorted(VERIFIERS)
 

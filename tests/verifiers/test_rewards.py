@@ -5,8 +5,8 @@ import warnings
 
 import pytest
 
-from rsgen.verify import reward_function, verify_response
-from rsgen.verify.rewards import VerifierReward, completion_text
+from rsgen.verifiers import reward_function, verify_response
+from rsgen.verifiers.rewards import VerifierReward, completion_text
 
 
 def test_plain_text_completions():
@@ -273,14 +273,14 @@ def test_rewards_by_dotted_path_as_trl_resolves_them(name):
     """TRL's `--reward_funcs a.b.c` imports the module and takes the attribute: a plain, named function."""
     import importlib
 
-    module, _, attr = f"rsgen.verify.rewards.{name}".rpartition(".")
+    module, _, attr = f"rsgen.verifiers.rewards.{name}".rpartition(".")
     reward = getattr(importlib.import_module(module), attr)
     assert callable(reward) and reward.__name__ == name
     assert pickle.loads(pickle.dumps(reward)) is reward
 
 
 def test_dotted_path_rewards_read_solution_then_answer():
-    from rsgen.verify import rewards
+    from rsgen.verifiers import rewards
 
     completions = ["<think>x</think>41", "Answer: 7", "<think>cut off"]
     assert rewards.relaxed(completions=completions, solution=["42", "8", "1"]) == [1.0, 0.0, 0.0]
@@ -294,14 +294,14 @@ def test_dotted_path_rewards_read_solution_then_answer():
 
 
 def test_dotted_path_rewards_give_none_for_an_unusable_reference():
-    from rsgen.verify import rewards
+    from rsgen.verifiers import rewards
 
     got = rewards.relaxed(completions=["1", "2", "3", None], solution=["1", "", None, "4"])
     assert got == [1.0, None, None, 0.0]  # a completion without text is the model's fault: 0.0
 
 
 def test_dotted_path_rewards_need_a_reference_column():
-    from rsgen.verify import rewards
+    from rsgen.verifiers import rewards
 
     with pytest.raises(ValueError, match="needs a dataset column 'solution'.*'label'"):
         rewards.relaxed(completions=["1"], label=["1"], trainer_state=None)

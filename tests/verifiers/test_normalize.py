@@ -2,7 +2,7 @@
 
 import pytest
 
-from rsgen.verify.normalize import MAX_NUMBER_CHARS, Number, normalize_text, parse_number, text_info
+from rsgen.verifiers.normalize import MAX_NUMBER_CHARS, Number, normalize_text, parse_number, text_info
 
 NORMALIZE = [
     ("Yes", "yes"),
@@ -153,14 +153,14 @@ CAFE_NFC, CAFE_NFD = "caf\u00e9", "cafe\u0301"
     ],
 )
 def test_canonical_text(text, expected):
-    from rsgen.verify.normalize import canonical_text
+    from rsgen.verifiers.normalize import canonical_text
 
     assert canonical_text(text) == expected
 
 
 @pytest.mark.parametrize("name", ["relaxed", "exact", "numeric", "mc"])
 def test_every_string_verifier_compares_canonical_text(name):
-    from rsgen.verify import compare
+    from rsgen.verifiers import compare
 
     if name == "mc":
         options = [CAFE_NFC, "tea"]

@@ -16,7 +16,7 @@ its rows with options are compared by option letter, the rest as free form). A r
 named verifier's rule.
 
 Before the rule runs, the frame
-- turns bad data into a non-match `Decision` (see `rsgen.verify.inputs`: `no_answer` for a missing or blank
+- turns bad data into a non-match `Decision` (see `rsgen.verifiers.inputs`: `no_answer` for a missing or blank
   prediction, `bad_input` for text that is not text, unusable references or options that are not a list of
   text), so a rule sees a non-blank `str` prediction and a non-empty tuple of usable reference strings;
 - raises a `ValueError` for a bad setting (`numeric_tolerance` not a finite number >= 0, `timeout_seconds` not a
@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from rsgen.verify.decision import BAD_INPUT, Decision
-from rsgen.verify.inputs import check_inputs, check_options
+from rsgen.verifiers.decision import BAD_INPUT, Decision
+from rsgen.verifiers.inputs import check_inputs, check_options
 
 Rule = Callable[[str, tuple, "list[str] | tuple[str, ...] | None", "float | None", "float | None"], Decision]
 
@@ -71,14 +71,14 @@ _MULTIPLE_CHOICE: list[Rule] = []  # mc's rule, registered by `multiple_choice_v
 
 
 def multiple_choice_verifier(rule: Rule) -> Callable[..., Decision]:
-    """`verifier`, for the rule that decides every row with options (`rsgen.verify.mc`): the frame keeps the rule
+    """`verifier`, for the rule that decides every row with options (`rsgen.verifiers.mc`): the frame keeps the rule
     it is handed instead of importing mc, so the two modules do not import each other."""
     _MULTIPLE_CHOICE[:] = [rule]
     return verifier(rule)
 
 
 def multiple_choice_rule() -> Rule:
-    """`mc`'s rule, which decides every row with options (importing any verifier imports `rsgen.verify`, whose
+    """`mc`'s rule, which decides every row with options (importing any verifier imports `rsgen.verifiers`, whose
     registry imports mc, so it is registered before a row can reach this)."""
     return _MULTIPLE_CHOICE[0]
 

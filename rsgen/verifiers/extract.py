@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from rsgen.verify.decision import BAD_INPUT, NO_ANSWER, Extraction
+from rsgen.verifiers.decision import BAD_INPUT, NO_ANSWER, Extraction
 
 _END_MARKERS = (
     "<|im_end|>",

@@ -2,11 +2,11 @@
 
 The official rule: if prediction and reference both parse as numbers, the prediction is correct within 5%
 relative tolerance of the reference; otherwise the two strings must be equal after lowercasing, trimming
-and dropping a trailing period (`rsgen.verify.normalize.normalize_text`).
+and dropping a trailing period (`rsgen.verifiers.normalize.normalize_text`).
 
 Decisions where the official code (`float()` plus a '%' -> /100 rule) is silent or accidental:
 
-- Numbers are read by `rsgen.verify.normalize.parse_number`: thousands separators ("1,000" = 1000), a
+- Numbers are read by `rsgen.verifiers.normalize.parse_number`: thousands separators ("1,000" = 1000), a
   leading '+' ("+5" = 5), currency signs, exponents. "nan"/"inf" are text, not numbers.
 - Tolerance is relative to the reference and inclusive: |pred - ref| <= 0.05 * |ref|.
 - Reference 0: a relative tolerance of 0 is empty, so the prediction must be exactly 0 ("0", "0.0", "-0",
@@ -25,9 +25,9 @@ Decisions where the official code (`float()` plus a '%' -> /100 rule) is silent 
 
 from __future__ import annotations
 
-from rsgen.verify.decision import WRONG_ANSWER, Decision, accepted, rejected
-from rsgen.verify.frame import verifier
-from rsgen.verify.normalize import Number, _info_cache, text_info, units_compatible, value_pairs
+from rsgen.verifiers.decision import WRONG_ANSWER, Decision, accepted, rejected
+from rsgen.verifiers.frame import verifier
+from rsgen.verifiers.normalize import Number, _info_cache, text_info, units_compatible, value_pairs
 
 RELATIVE_TOLERANCE = 0.05
 _FLOAT_SLACK = 1e-9  # so that 105 vs 100 is inside 5% despite binary floating point

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rsgen.verify import compare
+from rsgen.verifiers import compare
 
 CASES = [
     ("Yes", "yes", True),

@@ -7,8 +7,14 @@ import time
 
 import pytest
 
-from rsgen.verify import compare, verify_response
-from rsgen.verify.mathexpr import KILL_GRACE_SECONDS, MAX_MATH_CHARS, MathWorker, MathWorkerError, math_worker
+from rsgen.verifiers import compare, verify_response
+from rsgen.verifiers.mathexpr import (
+    KILL_GRACE_SECONDS,
+    MAX_MATH_CHARS,
+    MathWorker,
+    MathWorkerError,
+    math_worker,
+)
 
 # (prediction, reference, match)
 EQUIVALENT = [

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from rsgen.verify import Extraction, extract_answer, verify_response
+from rsgen.verifiers import Extraction, extract_answer, verify_response
 
 REASONING = "Let me count. There are 3 cubes and 2 spheres.\nSo the answer is 5? No wait, one is hidden."
 

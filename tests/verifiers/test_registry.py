@@ -1,13 +1,13 @@
-"""The public API of rsgen.verify, its registry, and how light it is to import."""
+"""The public API of rsgen.verifiers, its registry, and how light it is to import."""
 
 import subprocess
 import sys
 
 import pytest
 
-import rsgen.verify as verify
+import rsgen.verifiers as verify
 from rsgen.config import RecipeError, recipe_from_dict
-from rsgen.verify import VERIFIERS, Decision, Extraction, compare, extract_answer, verify_response
+from rsgen.verifiers import VERIFIERS, Decision, Extraction, compare, extract_answer, verify_response
 
 RAW = [
     ("<think>a</think>The answer is 41.", "42", {"relaxed": True, "exact": False, "numeric": False}),
@@ -59,9 +59,9 @@ def test_value_types():
 
 
 def test_importing_rsgen_verify_stays_light():
-    """config.py imports rsgen.verify to validate names: that must not pull in torch, trl or math-verify."""
+    """config.py imports rsgen.verifiers to validate names: that must not pull in torch, trl or math-verify."""
     code = (
-        "import sys, rsgen.verify, rsgen.config\n"
+        "import sys, rsgen.verifiers, rsgen.config\n"
         "heavy = [m for m in ('torch', 'transformers', 'trl', 'datasets', 'evaluate', 'math_verify', 'sympy') "
         "if m in sys.modules]\n"
         "print(','.join(heavy))\n"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from rsgen.verify import compare
-from rsgen.verify.normalize import holds_another_answer, parse_number
+from rsgen.verifiers import compare
+from rsgen.verifiers.normalize import holds_another_answer, parse_number
 
 GLUED = ["10twoCORRECT", "10 two", "10CORRECT", "10 yes", "10kgcorrect", "10twothree", "10 incorrect", "10 Wrong"]
 UNITS = ["10 apples", "10kg", "10 km/h", "10 million", "10 years old", "10 tents", "10 tennis balls",

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 
-from rsgen.verify.decision import (
+from rsgen.verifiers.decision import (
     BAD_INPUT,
     MC_AMBIGUOUS,
     MC_NO_LETTER,
@@ -45,8 +45,8 @@ from rsgen.verify.decision import (
     accepted,
     rejected,
 )
-from rsgen.verify.frame import multiple_choice_verifier
-from rsgen.verify.normalize import _info_cache, normalize_text, strip_latex, text_info
+from rsgen.verifiers.frame import multiple_choice_verifier
+from rsgen.verifiers.normalize import _info_cache, normalize_text, strip_latex, text_info
 
 _WHOLE_RE = re.compile(r"[\(\[]?([A-Za-z])[\)\]]?[.:)]?")
 _STRONG_RE = re.compile(

@@ -5,7 +5,7 @@ A rejection is decisive when the answer and the reference are both in a form the
 - `relaxed`, `numeric`: the candidate and every reference parse as numbers and no reference is within the
   verifier's tolerance of the candidate (percent readings and units ignored: "12 kg" against "12 m" is not
   decisive, it is a question for the judge);
-- a row with options (under every verifier: it is multiple choice, see `rsgen.verify.frame`), and `mc`: the
+- a row with options (under every verifier: it is multiple choice, see `rsgen.verifiers.frame`), and `mc`: the
   candidate names one option -- its letter alone ("B", "(b)") or the whole text of one option -- every reference
   names one too, and they differ.
 
@@ -16,13 +16,13 @@ tolerances, and the verifier itself must reject the pair, so "decisive" can neve
 
 from __future__ import annotations
 
-from rsgen.verify.decision import Decision
-from rsgen.verify.inputs import check_inputs
-from rsgen.verify.mc import reference_letter
-from rsgen.verify.normalize import Number, text_info, value_pairs
-from rsgen.verify.numeric import DEFAULT_TOLERANCE
-from rsgen.verify.registry import compare
-from rsgen.verify.relaxed import RELATIVE_TOLERANCE, within
+from rsgen.verifiers.decision import Decision
+from rsgen.verifiers.inputs import check_inputs
+from rsgen.verifiers.mc import reference_letter
+from rsgen.verifiers.normalize import Number, text_info, value_pairs
+from rsgen.verifiers.numeric import DEFAULT_TOLERANCE
+from rsgen.verifiers.registry import compare
+from rsgen.verifiers.relaxed import RELATIVE_TOLERANCE, within
 
 NUMERIC_VERIFIERS = ("relaxed", "numeric")
 LETTER_VERIFIERS = ("mc",)

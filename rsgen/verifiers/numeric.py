@@ -11,9 +11,9 @@ matches the same text ("NaN" matches "nan") and nothing else.
 
 from __future__ import annotations
 
-from rsgen.verify.decision import WRONG_ANSWER, Decision, accepted, rejected
-from rsgen.verify.frame import verifier
-from rsgen.verify.normalize import text_info, units_compatible, value_pairs
+from rsgen.verifiers.decision import WRONG_ANSWER, Decision, accepted, rejected
+from rsgen.verifiers.frame import verifier
+from rsgen.verifiers.normalize import text_info, units_compatible, value_pairs
 
 DEFAULT_TOLERANCE = 1e-6
 

@@ -7,7 +7,7 @@ value ("1,000" vs "1000"), match without calling math-verify. A prediction or re
 `MAX_MATH_CHARS` is not parsed (it only matches by string equality).
 
 Time limit (`timeout_seconds`, default 5): the whole item (parsing both sides and comparing) runs in a
-worker process (`rsgen.verify._math_worker`) under an alarm; past the limit the item is a non-match with
+worker process (`rsgen.verifiers._math_worker`) under an alarm; past the limit the item is a non-match with
 reason `math_timeout`. If the worker does not answer within `timeout_seconds + KILL_GRACE_SECONDS` (work
 stuck in C code), it is killed and restarted, and the item is `math_timeout` too. So a math check never
 takes longer than that bound, in any thread, and never hangs a run. An item that exhausts the worker's
@@ -29,9 +29,9 @@ import threading
 import time
 from pathlib import Path
 
-from rsgen.verify.decision import MATH_TIMEOUT, WRONG_ANSWER, Decision, accepted, rejected
-from rsgen.verify.frame import verifier
-from rsgen.verify.normalize import normalize_text, parse_number
+from rsgen.verifiers.decision import MATH_TIMEOUT, WRONG_ANSWER, Decision, accepted, rejected
+from rsgen.verifiers.frame import verifier
+from rsgen.verifiers.normalize import normalize_text, parse_number
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
 KILL_GRACE_SECONDS = 1.0
@@ -48,7 +48,7 @@ class MathWorker:
 
     def __init__(self, command: list[str] | None = None) -> None:
         # `command` replaces the worker program (tests use a stand-in that never answers, to check the kill).
-        self.command = command or [sys.executable, "-m", "rsgen.verify._math_worker"]
+        self.command = command or [sys.executable, "-m", "rsgen.verifiers._math_worker"]
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._owner_pid: int | None = None

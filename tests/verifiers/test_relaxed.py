@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from rsgen.verify import Decision, compare, verify_response
+from rsgen.verifiers import Decision, compare, verify_response
 
 # (prediction, references, match)
 CASES = [

@@ -1,7 +1,7 @@
 """Verifiers as TRL reward functions.
 
-By dotted path, as TRL's scripts take them (`--reward_funcs rsgen.verify.rewards.relaxed`) or as objects
-(`GRPOTrainer(reward_funcs=[rsgen.verify.rewards.relaxed])`): `relaxed`, `exact`, `numeric`, `mc` and `math`
+By dotted path, as TRL's scripts take them (`--reward_funcs rsgen.verifiers.rewards.relaxed`) or as objects
+(`GRPOTrainer(reward_funcs=[rsgen.verifiers.rewards.relaxed])`): `relaxed`, `exact`, `numeric`, `mc` and `math`
 read the reference from the `solution` column (as emitted in `{Family}_grpo`), else `answer`, and `options` when
 present; they score 1.0 / 0.0 and None where the reference itself cannot be used (TRL leaves a None out of the
 reward instead of teaching the model against a broken reference). `reward_function(name, ...)` builds one with
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import warnings
 
-from rsgen.verify.decision import BAD_INPUT, Decision
-from rsgen.verify.inputs import check_inputs
-from rsgen.verify.registry import get_verifier, verify_response
+from rsgen.verifiers.decision import BAD_INPUT, Decision
+from rsgen.verifiers.inputs import check_inputs
+from rsgen.verifiers.registry import get_verifier, verify_response
 
 
 def completion_text(completion) -> str | None:
@@ -130,7 +130,7 @@ def _reward(name: str, completions, kwargs) -> list[float | None]:
     column = next((c for c in REFERENCE_COLUMNS if kwargs.get(c) is not None), None)
     if column is None:
         raise ValueError(
-            f"reward rsgen.verify.rewards.{name} needs a dataset column 'solution' (or 'answer') with the official "
+            f"reward rsgen.verifiers.rewards.{name} needs a dataset column 'solution' (or 'answer') with the official "
             f"answers; the trainer passed {sorted(k for k in kwargs if k not in ('trainer_state', 'log_extra', 'log_metric'))}"
         )
     references, options = kwargs[column], kwargs.get("options")

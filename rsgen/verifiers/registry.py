@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rsgen.verify.decision import Decision
-from rsgen.verify.exact import exact
-from rsgen.verify.extract import extract_answer
-from rsgen.verify.inputs import check_inputs, check_options
-from rsgen.verify.mathexpr import math_verifier
-from rsgen.verify.mc import mc, reference_letter
-from rsgen.verify.numeric import numeric
-from rsgen.verify.relaxed import relaxed
+from rsgen.verifiers.decision import Decision
+from rsgen.verifiers.exact import exact
+from rsgen.verifiers.extract import extract_answer
+from rsgen.verifiers.inputs import check_inputs, check_options
+from rsgen.verifiers.mathexpr import math_verifier
+from rsgen.verifiers.mc import mc, reference_letter
+from rsgen.verifiers.numeric import numeric
+from rsgen.verifiers.relaxed import relaxed
 
 VERIFIERS: dict[str, Callable[..., Decision]] = {
     "relaxed": relaxed,
@@ -22,14 +22,14 @@ VERIFIERS: dict[str, Callable[..., Decision]] = {
 }
 """name -> verifier(prediction, references, *, options=None, numeric_tolerance=None, timeout_seconds=None).
 
-Each is a rule wrapped by `rsgen.verify.frame.verifier`, which gives them this one signature and input checks.
+Each is a rule wrapped by `rsgen.verifiers.frame.verifier`, which gives them this one signature and input checks.
 A new verifier: a module with its `@verifier` rule, and one line here."""
 
 
 def clear_caches() -> None:
     """Forget the memoised normalisations and option letters (benchmarks start cold; tests reset state)."""
-    from rsgen.verify import mc as mc_module
-    from rsgen.verify import normalize
+    from rsgen.verifiers import mc as mc_module
+    from rsgen.verifiers import normalize
 
     normalize._info_cache.clear()
     mc_module._forms_cache.clear()

@@ -17,9 +17,9 @@ from rsgen.prepare import run_prepare
 from rsgen.records import GenerateRecord, VerifyRecord, records_by_key, sample_key
 from rsgen.schema import iter_questions, open_prepared
 from rsgen.store import CheckpointStore
-from rsgen.verification import stage as verify_stage
-from rsgen.verification.stage import run_verify
-from rsgen.verify.mc import reference_letter
+from rsgen.verifiers.mc import reference_letter
+from rsgen.verify import stage as verify_stage
+from rsgen.verify.stage import run_verify
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 import pytest
 
-from rsgen.verify import compare
-from rsgen.verify.decisive import decisive_mismatch
+from rsgen.verifiers import compare
+from rsgen.verifiers.decisive import decisive_mismatch
 
 OPTIONS = ["red", "blue", "green", "cyan"]
 

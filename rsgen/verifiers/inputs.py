@@ -8,12 +8,12 @@
   Numbers are not silently turned into text: `3` and `3.0` would read differently.
 - options (multiple-choice option texts): None, or a list/tuple of `str`; anything else -> `bad_input`.
 
-`rsgen.verify.frame` runs these checks for every verifier.
+`rsgen.verifiers.frame` runs these checks for every verifier.
 """
 
 from __future__ import annotations
 
-from rsgen.verify.decision import BAD_INPUT, NO_ANSWER, Decision
+from rsgen.verifiers.decision import BAD_INPUT, NO_ANSWER, Decision
 
 _NO_ANSWER = Decision(False, NO_ANSWER, None)
 

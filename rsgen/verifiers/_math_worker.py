@@ -1,4 +1,4 @@
-"""The math-verify worker process: `python -m rsgen.verify._math_worker`, started by `rsgen.verify.mathexpr`.
+"""The math-verify worker process: `python -m rsgen.verifiers._math_worker`, started by `rsgen.verifiers.mathexpr`.
 
 It reads one JSON request per line on stdin ({"gold": [str, ...], "pred": str, "timeout": seconds}) and
 writes one JSON reply per line on stdout ({"status": "match" | "nomatch" | "timeout" | "error"}).

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from rsgen.verify import REASONS, VERIFIERS, Decision, compare, verify_response
+from rsgen.verifiers import REASONS, VERIFIERS, Decision, compare, verify_response
 
 NAMES = sorted(VERIFIERS)
 
