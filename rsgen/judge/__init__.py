@@ -6,13 +6,8 @@ from __future__ import annotations
 
 from rsgen.stage import Stage, lazy_exports
 
-STAGE = Stage.in_package(
-    __name__,
-    "judge",
-    help="re-examine verifier rejections with the model as a text-only judge (resumable)",
-    work=lambda layout: layout.judge_work,
-    every_process=True,
-)
+STAGE = Stage.in_package(__name__, "judge", work=lambda layout: layout.judge_work, every_process=True,
+                         help="re-examine verifier rejections with the model as a text-only judge (resumable)")
 
 __getattr__ = lazy_exports(__name__, {
     "CORRECT": "rsgen.records",

@@ -9,14 +9,9 @@ from __future__ import annotations
 
 from rsgen.stage import Stage, lazy_exports
 
-STAGE = Stage.in_package(
-    __name__,
-    "prepare",
-    help="load, group and clean the pool into OUTPUT_DIR/prepared/",
-    work=lambda layout: layout.prepared,
-    # Prepare is cheap next to generation and writes shared files: the main process does it.
-    every_process=False,
-)
+# Prepare is cheap next to generation and writes shared files: the main process does it (every_process=False).
+STAGE = Stage.in_package(__name__, "prepare", work=lambda layout: layout.prepared, every_process=False,
+                         help="load, group and clean the pool into OUTPUT_DIR/prepared/")
 
 __getattr__ = lazy_exports(__name__, {"run_prepare": "rsgen.prepare.stage", "check_prepare": "rsgen.prepare.stage"})
 __all__ = ["STAGE", "check_prepare", "run_prepare"]  # noqa: F822 (loaded on first use)
