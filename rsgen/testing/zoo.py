@@ -237,84 +237,70 @@ def _qwen_processor(processor_name: str, tokenizer, patch_size: int, pixels: int
     )
 
 
-def _build_qwen2_vl(seed: int):
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+def _build_qwen(seed: int, family: str, *, patch_size: int, pixels: int, vision: dict, text: dict | None = None,
+                rope: dict | None = None):
+    """The tiny `family` model (`Qwen2VL`, `Qwen2_5_VL`, `Qwen3VL`: the prefix of its transformers classes) and its
+    processor: what differs between the three is the vision tower's keys (`vision`), extra text-tower keys (`text`)
+    and extra rope keys (`rope`)."""
+    import transformers
 
     tokenizer = _qwen_tokenizer()
-    config = Qwen2VLConfig(
-        text_config=_text_kwargs(tokenizer, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]}),
+    config = getattr(transformers, f"{family}Config")(
+        text_config=_text_kwargs(
+            tokenizer,
+            **(text or {}),
+            rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], **(rope or {})},
+        ),
         vision_config=dict(
-            depth=2,
-            embed_dim=VISION_HIDDEN,
-            hidden_size=TEXT_HIDDEN,  # the merger projects straight into the text width
-            num_heads=VISION_HEADS,
-            mlp_ratio=2,
-            patch_size=14,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
+            depth=2, num_heads=VISION_HEADS, patch_size=patch_size, spatial_merge_size=2, temporal_patch_size=2,
+            **vision,
         ),
         tie_word_embeddings=False,
         **_qwen_vision_ids(tokenizer),
     )
-    model = _finish(Qwen2VLForConditionalGeneration(config), tokenizer, seed, ("<|im_end|>", "<|endoftext|>"))
-    return model, _qwen_processor("Qwen2VLProcessor", tokenizer, patch_size=14, pixels=84 * 84)
+    model_class = getattr(transformers, f"{family}ForConditionalGeneration")
+    model = _finish(model_class(config), tokenizer, seed, ("<|im_end|>", "<|endoftext|>"))
+    return model, _qwen_processor(f"{family}Processor", tokenizer, patch_size=patch_size, pixels=pixels)
+
+
+def _vit_config(**extra) -> dict:
+    """The vision tower keys Qwen2.5-VL and Qwen3-VL share (a ViT with its own width, projected to the text's)."""
+    return dict(hidden_size=VISION_HIDDEN, intermediate_size=64, out_hidden_size=TEXT_HIDDEN, **extra)
+
+
+def _build_qwen2_vl(seed: int):
+    # The merger projects straight into the text width (hidden_size is the text's; embed_dim the tower's).
+    vision = dict(embed_dim=VISION_HIDDEN, hidden_size=TEXT_HIDDEN, mlp_ratio=2)
+    return _build_qwen(seed, "Qwen2VL", patch_size=14, pixels=84 * 84, vision=vision)
 
 
 def _build_qwen2_5_vl(seed: int):
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-
-    tokenizer = _qwen_tokenizer()
-    config = Qwen2_5_VLConfig(
-        text_config=_text_kwargs(tokenizer, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]}),
-        vision_config=dict(
-            depth=2,
-            hidden_size=VISION_HIDDEN,
-            intermediate_size=64,
-            out_hidden_size=TEXT_HIDDEN,
-            num_heads=VISION_HEADS,
-            patch_size=14,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            window_size=56,  # 2x2 merged tokens per window, so windowed attention is exercised
-            fullatt_block_indexes=[1],
-        ),
-        tie_word_embeddings=False,
-        **_qwen_vision_ids(tokenizer),
-    )
-    model = _finish(Qwen2_5_VLForConditionalGeneration(config), tokenizer, seed, ("<|im_end|>", "<|endoftext|>"))
-    return model, _qwen_processor("Qwen2_5_VLProcessor", tokenizer, patch_size=14, pixels=84 * 84)
+    # 2x2 merged tokens per window, so windowed attention is exercised.
+    vision = _vit_config(window_size=56, fullatt_block_indexes=[1])
+    return _build_qwen(seed, "Qwen2_5_VL", patch_size=14, pixels=84 * 84, vision=vision)
 
 
 def _build_qwen3_vl(seed: int):
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
-
-    tokenizer = _qwen_tokenizer()
-    config = Qwen3VLConfig(
-        text_config=_text_kwargs(
-            tokenizer,
-            head_dim=TEXT_HIDDEN // TEXT_HEADS,
-            rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True},
-        ),
-        vision_config=dict(
-            depth=2,
-            hidden_size=VISION_HIDDEN,
-            intermediate_size=64,
-            out_hidden_size=TEXT_HIDDEN,
-            num_heads=VISION_HEADS,
-            patch_size=16,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            num_position_embeddings=64,  # an 8x8 learned grid, interpolated to the image's patches
-            deepstack_visual_indexes=[0],
-        ),
-        tie_word_embeddings=False,
-        **_qwen_vision_ids(tokenizer),
-    )
-    model = _finish(Qwen3VLForConditionalGeneration(config), tokenizer, seed, ("<|im_end|>", "<|endoftext|>"))
-    return model, _qwen_processor("Qwen3VLProcessor", tokenizer, patch_size=16, pixels=64 * 64)
+    # An 8x8 learned position grid, interpolated to the image's patches; one deepstack layer.
+    vision = _vit_config(num_position_embeddings=64, deepstack_visual_indexes=[0])
+    return _build_qwen(seed, "Qwen3VL", patch_size=16, pixels=64 * 64, vision=vision,
+                       text={"head_dim": TEXT_HIDDEN // TEXT_HEADS}, rope={"mrope_interleaved": True})
 
 
 # ----------------------------------------------------------------------------------------------- Idefics3
+
+
+def _square_vision_config(layers: int, image_size: int, patch_size: int, **extra) -> dict:
+    """The vision tower keys Idefics3 (SigLIP) and LLaVA (CLIP) share: a ViT over a fixed square image."""
+    return dict(
+        hidden_size=VISION_HIDDEN,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=VISION_HEADS,
+        image_size=image_size,
+        patch_size=patch_size,
+        **extra,
+    )
 
 
 def _build_idefics3(seed: int):
@@ -341,14 +327,7 @@ def _build_idefics3(seed: int):
     image_tokens = (image_size // patch_size) ** 2 // scale_factor**2
     config = Idefics3Config(
         text_config=dict(_text_kwargs(tokenizer), model_type="llama"),
-        vision_config=dict(
-            hidden_size=VISION_HIDDEN,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=VISION_HEADS,
-            image_size=image_size,
-            patch_size=patch_size,
-        ),
+        vision_config=_square_vision_config(layers=1, image_size=image_size, patch_size=patch_size),
         scale_factor=scale_factor,
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
         tie_word_embeddings=False,
@@ -393,15 +372,9 @@ def _build_llava(seed: int):
     image_size, patch_size = 32, 8
     config = LlavaConfig(
         text_config=dict(_text_kwargs(tokenizer), model_type="llama"),
-        vision_config=dict(
-            model_type="clip_vision_model",
-            hidden_size=VISION_HIDDEN,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=VISION_HEADS,
-            image_size=image_size,
-            patch_size=patch_size,
-            projection_dim=VISION_HIDDEN,
+        vision_config=_square_vision_config(
+            layers=2, image_size=image_size, patch_size=patch_size,
+            model_type="clip_vision_model", projection_dim=VISION_HIDDEN,
         ),
         image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
         image_seq_length=(image_size // patch_size) ** 2,
