@@ -18,12 +18,9 @@ import threading
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 import yaml
-
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+from run_helpers import BIN, ROOT, dataset_rows, finish, launch, rsgen
 
 pytestmark = pytest.mark.slow
 
@@ -66,15 +63,7 @@ def env() -> dict:
 
 
 def rsgen_run(recipe: Path, processes: int = 1) -> subprocess.Popen:
-    if processes == 1:
-        cmd = [sys.executable, "-m", "rsgen", "run", "--config", str(recipe)]
-    else:
-        cmd = [str(BIN / "accelerate"), "launch", "--config_file", str(ROOT / "accelerate_configs/cpu_2proc.yaml"),
-               "--num_processes", str(processes), "--main_process_port", "29631", "-m", "rsgen", "run",
-               "--config", str(recipe)]
-    # A new session so a SIGKILL reaches every process of the run (torchrun children included).
-    return subprocess.Popen(cmd, cwd=recipe.parent, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    return rsgen("run", "--config", str(recipe), processes=processes, cwd=recipe.parent, env=env())
 
 
 def launch_machine(recipe: Path, machine_rank: int) -> subprocess.Popen:
@@ -83,25 +72,7 @@ def launch_machine(recipe: Path, machine_rank: int) -> subprocess.Popen:
            "--num_machines", "2", "--num_processes", "2", "--machine_rank", str(machine_rank),
            "--main_process_ip", "127.0.0.1", "--main_process_port", "29633", "-m", "rsgen", "run",
            "--config", str(recipe)]
-    return subprocess.Popen(cmd, cwd=recipe.parent, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-
-
-def finish(proc: subprocess.Popen) -> str:
-    out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out[-4000:]
-    return out
-
-
-def dataset_rows(output_dir: Path) -> dict[str, list[str]]:
-    """Config -> its rows as canonical JSON, sorted (order aside)."""
-    out = {}
-    for config_dir in sorted((output_dir / "dataset" / "data").iterdir()):
-        rows = []
-        for shard in sorted(config_dir.glob("*.parquet")):
-            rows += [json.dumps(r, sort_keys=True, default=lambda b: b.hex()) for r in pq.read_table(shard).to_pylist()]
-        out[config_dir.name] = sorted(rows)
-    return out
+    return launch(cmd, cwd=recipe.parent, env=env())
 
 
 @pytest.fixture(scope="module")

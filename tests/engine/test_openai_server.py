@@ -22,9 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
+import run_helpers
 import yaml
+from run_helpers import dataset_rows, finish, parquet_rows
 
 from rsgen.engine.server import wait_until_healthy
 from rsgen.testing.images import make_test_image
@@ -110,32 +111,11 @@ def write_recipe(tmp: Path, name: str, pool: Path, vlm: str, judge_model: str, *
 
 
 def rsgen(*args: str, extra_env: dict | None = None) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **(extra_env or {})}
-    return subprocess.Popen([sys.executable, "-m", "rsgen", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-
-def finish(proc: subprocess.Popen, code: int = 0) -> str:
-    out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == code, out[-4000:]
-    return out
-
-
-def dataset_rows(output_dir: Path) -> dict[str, list[str]]:
-    out = {}
-    for config_dir in sorted((output_dir / "dataset" / "data").iterdir()):
-        rows = []
-        for shard in sorted(config_dir.glob("*.parquet")):
-            rows += [json.dumps(r, sort_keys=True, default=lambda b: b.hex()) for r in pq.read_table(shard).to_pylist()]
-        out[config_dir.name] = sorted(rows)
-    return out
+    return run_helpers.rsgen(*args, env={"OMP_NUM_THREADS": "1", **(extra_env or {})})
 
 
 def prepared_rows(output_dir: Path) -> list[str]:
-    rows = []
-    for shard in sorted((output_dir / "prepared").glob("*.parquet")):
-        rows += [json.dumps(r, sort_keys=True, default=lambda b: b.hex()) for r in pq.read_table(shard).to_pylist()]
-    return sorted(rows)
+    return parquet_rows(sorted((output_dir / "prepared").glob("*.parquet")))
 
 
 def records(directory: Path) -> list[dict]:
@@ -322,13 +302,8 @@ def test_two_processes_each_their_own_client_give_the_same_rows(reference, serve
     """`accelerate launch` with the server engine: each rank is a client of the same server, keys striped."""
     tmp, _, rows = reference
     recipe = openai_recipe(reference, servers, models, "two_procs")
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file",
-         str(root / "accelerate_configs/cpu_2proc.yaml"), "--num_processes", "2", "--main_process_port",
-         str(free_port()), "-m", "rsgen", "run", "--config", str(recipe)],
-        env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True)
+    proc = run_helpers.rsgen("run", "--config", str(recipe), processes=2, port=free_port(),
+                             env={"OMP_NUM_THREADS": "1"})
     finish(proc)
     ranks = {part.name.split("-rank")[1][:5] for part in (tmp / "two_procs" / "work" / "generate").glob("*.jsonl")}
     assert ranks == {"00000", "00001"}  # both ranks asked the server

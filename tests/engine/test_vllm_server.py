@@ -21,13 +21,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
+import run_helpers
 import yaml
+from run_helpers import dataset_rows
 
 from rsgen.engine.models import demo_model_path
 from rsgen.engine.server import wait_until_healthy
@@ -98,27 +98,14 @@ def write_recipe(tmp: Path, name: str, **keys) -> Path:
 
 
 def rsgen(*args: str, path_prefix: Path | None = None) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **SERVER_ENV}
+    env = {"OMP_NUM_THREADS": "1", **SERVER_ENV}
     if path_prefix is not None:
-        env["PATH"] = f"{path_prefix}{os.pathsep}{env['PATH']}"
-    return subprocess.Popen([sys.executable, "-m", "rsgen", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        env["PATH"] = f"{path_prefix}{os.pathsep}{os.environ['PATH']}"
+    return run_helpers.rsgen(*args, env=env)
 
 
 def finish(proc: subprocess.Popen, code: int = 0) -> str:
-    out, _ = proc.communicate(timeout=1200)
-    assert proc.returncode == code, out[-4000:]
-    return out
-
-
-def dataset_rows(output_dir: Path) -> dict[str, list[str]]:
-    out = {}
-    for config_dir in sorted((output_dir / "dataset" / "data").iterdir()):
-        rows = []
-        for shard in sorted(config_dir.glob("*.parquet")):
-            rows += [json.dumps(r, sort_keys=True, default=lambda b: b.hex()) for r in pq.read_table(shard).to_pylist()]
-        out[config_dir.name] = sorted(rows)
-    return out
+    return run_helpers.finish(proc, code, timeout=1200)  # vLLM's CPU build is slow on a loaded 2-core machine
 
 
 def kill_when_parts_appear(proc: subprocess.Popen, work: Path, parts: int = 2) -> None:
