@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ["rsgen/demo/recipe.yaml", "rsgen/demo/model/model.safetensors", "rsgen/demo/model/config.json",
-           "rsgen/emit/card_template.md", "rsgen/judge/prompt.txt", "rsgen/metrics/rsgen_verify/rsgen_verify.py"]
+           "rsgen/emit/card_template.md", "rsgen/emit/card_parts.jinja", "rsgen/judge/prompt.txt", "rsgen/metrics/rsgen_verify/rsgen_verify.py"]
 
 
 def run(cmd, cwd, env, timeout=600):

@@ -25,7 +25,8 @@ import yaml
 
 from rsgen.config import RecipeConfig
 from rsgen.decisions import decided_records
-from rsgen.emit.card import check_template, default_config, write_card
+from rsgen.emit.card import check_template, write_card
+from rsgen.emit.card_header import default_config
 from rsgen.emit.splits import (
     EmitError,
     FamilyRouting,

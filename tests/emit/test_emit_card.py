@@ -13,7 +13,8 @@ from huggingface_hub import DatasetCard
 
 from rsgen.cli import main
 from rsgen.emit import render_card, run_emit
-from rsgen.emit.card import _cell, configs_of
+from rsgen.emit.card_header import configs_of
+from rsgen.emit.card_tables import _cell
 from rsgen.layout import OutputLayout
 
 
@@ -189,7 +190,7 @@ def test_tokens_are_summed_per_stage_in_stats_and_on_the_card(emitted_run):
 
 
 def test_the_card_says_so_when_no_response_carries_reasoning(emitted_run):
-    from rsgen.emit.card import tokens_table
+    from rsgen.emit.card_tables import tokens_table
 
     root, _recipe, _images = emitted_run
     stats = json.loads(OutputLayout(root).stats_json.read_text())

@@ -23,7 +23,7 @@ from PIL import Image
 
 from rsgen.config import RecipeError
 from rsgen.emit import EmitError, run_emit, stage
-from rsgen.emit.card import configs_of
+from rsgen.emit.card_header import configs_of
 from rsgen.emit.trl_views import DPO_FEATURES, SFT_FEATURES, dpo_rows
 from rsgen.layout import OutputLayout
 from rsgen.schema import split_features

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from rsgen.config import RecipeError, load_recipe, recipe_from_dict
-from rsgen.emit.card import explore_figures
+from rsgen.emit.card_tables import explore_figures
 from rsgen.emit.trl_views import VIEWS, grpo_rows
 
 RATES = [0.0, 0.2, 0.25, 0.5, 0.75, 0.8, 1.0]

@@ -15,7 +15,7 @@ import pytest
 from engine_helpers import image_requests
 
 from rsgen.config import RecipeError, recipe_from_dict
-from rsgen.emit.card import tokens_table
+from rsgen.emit.card_tables import tokens_table
 from rsgen.emit.stage import run_emit
 from rsgen.emit.stats import server_requests
 from rsgen.engine import EngineUnavailable, GenerationResult

@@ -199,7 +199,7 @@ def test_prepare_through_the_cli_drops_copies_with_reasons_examples_and_card_lin
     assert checked["removed_pool_images"] == 4
     assert report["decontamination"]["questions"]["ngram"] == 8
 
-    from rsgen.emit.card import decontamination_text
+    from rsgen.emit.card_tables import decontamination_text
 
     lines = decontamination_text(report["decontamination"])
     assert "removed 8 QA pairs on 4 copied images" in lines and "1 by question" in lines
