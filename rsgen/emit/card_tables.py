@@ -290,27 +290,15 @@ def training_figures(stats: dict[str, Any]) -> dict[str, str]:
             "family": both[0] if both else next(iter(families), "Family")}
 
 
-def _by_reason(counts: dict[str, int], group: str) -> str:
-    items = [(k[len(group) + 1:], v) for k, v in counts.items() if k.startswith(group + ".") and v]
-    return ", ".join(f"`{reason}` {_n(n)}" for reason, n in items)
+def _by_reason(counts: dict[str, int], group: str) -> list[tuple[str, int]]:
+    """The nonzero counts of `group.REASON` keys, as (REASON, count)."""
+    return [(k[len(group) + 1:], v) for k, v in counts.items() if k.startswith(group + ".") and v]
 
 
 def _report_line(counts: dict[str, int]) -> str:
     """One family's (or the pool's) prepare counts: QA pairs read, kept, dropped and merged, by reason."""
-    if "input_qa_pairs" not in counts:  # a report in another shape: list what it counts
-        return ", ".join(f"`{k}` {_n(v)}" for k, v in counts.items())
-    parts = [f"{_n(counts['input_qa_pairs'])} QA pairs read, {_n(counts.get('kept_qa_pairs', 0))} kept"]
-    for group in ("dropped", "merged"):
-        total = counts.get(f"{group}_qa_pairs", 0)
-        detail = _by_reason(counts, group)
-        parts.append(f"{_n(total)} {group}" + (f" ({detail})" if detail else ""))
-    converted = _by_reason(counts, "converted")
-    if converted:
-        parts.append(f"converted: {converted}")
-    images = _by_reason(counts, "images.dropped")
-    if images:
-        parts.append(f"images dropped: {images}")
-    return "; ".join(parts)
+    reasons = {group: _by_reason(counts, group) for group in ("dropped", "merged", "converted", "images.dropped")}
+    return card_parts().report_line(counts=counts, reasons=reasons)
 
 
 def cleaning_figures(stats: dict[str, Any]) -> dict[str, Any]:
