@@ -32,7 +32,7 @@ The HTTP client is `aiohttp` on an event loop in a background thread: `bench/ben
 thousand requests/s per process against a stub that answers at once, an order of magnitude above the `openai`
 SDK's client, so the client is never what limits a server.
 
-Longer than most modules (~870 lines) on purpose: everything above is one path a request takes — body, server,
+Longer than most modules (~880 lines) on purpose: everything above is one path a request takes — body, server,
 pacing, concurrency, retries, the parse of the answer, the scrubbing of the key — and every step reads the same
 `OpenAIEngine` state (its servers, key, counters by cause, the event loop thread). The pure helpers at the top
 (`request_body`, `parse_completion`, `server_message`, `backoff_seconds`) are the seam a split would take; split
