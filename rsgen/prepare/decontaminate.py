@@ -25,8 +25,9 @@ before the pool, into an index that keeps no images and no question texts:
 The report (`prepare_report.json`, key `decontamination`) lists each evaluation set with what it held and what
 it removed, and every drop has examples with the pool row and the evaluation row it matched.
 
-About 500 lines: the index (`QuestionIndex`, `Decontamination`) and how it is built and cached per evaluation set
-(`build_decontamination`, its fingerprint) stay together, since the cache's validity depends on what the index keeps.
+Longer than most modules (~500 lines): the index (`QuestionIndex`, `Decontamination`) and how it is built and
+cached per evaluation set (`build_decontamination`, its fingerprint) stay together, since the cache's validity
+depends on what the index keeps.
 """
 
 from __future__ import annotations
