@@ -40,11 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from rsgen.prepare.perceptual import (
+    GATE_CELLS,
+    GATE_MAX,
     MAX_SOLID_PIXELS,
     PROPOSE_BITS,
     SIGNATURE_VERSION,
     THUMB,
+    TINY,
     ImageSignature,
+    decode_for_hashing,
     image_signature,
 )
 
@@ -187,18 +191,12 @@ class QuestionIndex:
 def eval_signature(job: tuple[str, bytes | str]) -> ImageSignature | None:
     """The signature of one evaluation image (kind "bytes" or "path"), None when it cannot be read. Runs in the
     image workers: it imports numpy and Pillow only."""
-    import io
-
-    from PIL import Image
-
     kind, payload = job
     try:
         if kind == "path":
             with open(payload, "rb") as f:
                 payload = f.read()
-        with Image.open(io.BytesIO(payload)) as image:
-            image.load()
-            return image_signature(image)
+        return image_signature(decode_for_hashing(payload))
     except Exception:  # an unreadable evaluation image is counted in the report, not fatal
         return None
 
@@ -248,7 +246,9 @@ class Decontamination:
             sets.append({**tally.to_dict(), "name": eval_set_name(i)})
         return {
             "images": {"method": "pHash of the whole image and of its content box propose (within "
-                                 f"{PROPOSE_BITS} of 64 bits), a pixel comparison of the aligned content boxes "
+                                 f"{PROPOSE_BITS} of 64 bits), {GATE_CELLS}x{GATE_CELLS} cell averages of the aligned "
+                                 f"content boxes gate (no cell's colour off by more than {GATE_MAX}), a pixel "
+                                 "comparison of the aligned content boxes "
                                  f"confirms (at most {MAX_SOLID_PIXELS} solid differing pixels of {THUMB}x{THUMB})",
                        "signature_version": SIGNATURE_VERSION},
             "questions": {"ngram": NGRAM, "match_share": QUESTION_MATCH_SHARE, "templated_share": TEMPLATED_SHARE,
@@ -259,7 +259,7 @@ class Decontamination:
 
 EVAL_BATCH = 256  # evaluation images per batch handed to the workers
 CACHE_NAMESPACE = "decontamination"  # the signature cache: cached_assets_path("rsgen", CACHE_NAMESPACE, ...)
-_CACHE_LAYOUT = 1  # what a cached set folder holds (set.json's fields); part of the cache folder's name
+_CACHE_LAYOUT = 2  # what a cached set folder holds (set.json's fields); part of the cache folder's name
 
 
 def signature_cache_root() -> Path:
@@ -321,7 +321,7 @@ def eval_set_fingerprint(source) -> str | None:
 
 def _build_set(source, set_index: int, folder: Path, submit_map) -> None:
     """Read one evaluation set: image signatures (computed by `submit_map(fn, jobs)` in the image workers,
-    written batch by batch, so no evaluation image is held) and question texts, into `folder`: thumbs.u8 and
+    written batch by batch, so no evaluation image is held) and question texts, into `folder`: thumbs.u8, tiny.u8 and
     hashes.npz (the signatures of its readable images, in order) and set.json (every distinct image, the question
     texts with their counts, the row counts). Nothing in it depends on the other sets or on the pool."""
     import numpy as np
@@ -336,7 +336,7 @@ def _build_set(source, set_index: int, folder: Path, submit_map) -> None:
     texts: dict[str, list] = {}  # normalised text -> [where, question, rows asking it]
     whole, content, aspect = [], [], []
     counts = {"rows": 0, "rows_weight": 0, "questions": 0, "images_unreadable_rows": 0}
-    with open(folder / "thumbs.u8", "wb") as thumbs:
+    with open(folder / "thumbs.u8", "wb") as thumbs, open(folder / "tiny.u8", "wb") as tinies:
         def flush(batch: list[tuple[list, tuple]]) -> None:
             for (entry, _), sig in zip(batch, submit_map(eval_signatures, [job for _, job in batch])):
                 entry[2] = sig is not None
@@ -345,6 +345,7 @@ def _build_set(source, set_index: int, folder: Path, submit_map) -> None:
                     content.append(sig.hash_content)
                     aspect.append(sig.aspect)
                     thumbs.write(sig.thumb)
+                    tinies.write(sig.tiny)
 
         batch: list[tuple[list, tuple]] = []
         for row in iter_raw_rows(source, set_index):
@@ -457,7 +458,8 @@ def build_decontamination(recipe, directory, submit_map) -> Decontamination:
     whole, content, aspect = [], [], []
     # One set: its folder is the index as it is (its images are distinct already), so nothing is copied.
     single = len(folders) == 1
-    with contextlib.nullcontext() if single else open(directory / "thumbs.u8", "wb") as thumbs:
+    with (contextlib.nullcontext() if single else open(directory / "thumbs.u8", "wb")) as thumbs, \
+            (contextlib.nullcontext() if single else open(directory / "tiny.u8", "wb")) as tinies:
         for set_index, (folder, data, from_cache) in enumerate(folders):
             tally = sets[set_index]
             tally.rows, tally.questions = data["rows"], data["questions"]
@@ -470,8 +472,11 @@ def build_decontamination(recipe, directory, submit_map) -> Decontamination:
             with np.load(folder / "hashes.npz") as npz:  # each array read once (an NpzFile reads on every [])
                 arrays = {name: npz[name] for name in ("hash_whole", "hash_content", "aspect")}
             signed = len(arrays["aspect"])
-            set_thumbs = (np.memmap(folder / "thumbs.u8", dtype=np.uint8, mode="r", shape=(signed, THUMB * THUMB * 3))
-                          if signed and not single else None)
+            set_thumbs, set_tinies = ((np.memmap(folder / "thumbs.u8", dtype=np.uint8, mode="r",
+                                                 shape=(signed, THUMB * THUMB * 3)),
+                                       np.memmap(folder / "tiny.u8", dtype=np.uint8, mode="r",
+                                                 shape=(signed, TINY * TINY * 3)))
+                                      if signed and not single else (None, None))
             position = 0  # among this set's readable images
             for key, where, readable in data["images"]:
                 if readable:
@@ -489,7 +494,8 @@ def build_decontamination(recipe, directory, submit_map) -> Decontamination:
                     content.append(arrays["hash_content"][position - 1])
                     aspect.append(arrays["aspect"][position - 1])
                     thumbs.write(set_thumbs[position - 1].tobytes())
-            del set_thumbs
+                    tinies.write(set_tinies[position - 1].tobytes())
+            del set_thumbs, set_tinies
     if single:
         directory = folders[0][0]
     else:
