@@ -196,7 +196,7 @@ def eval_signature(job: tuple[str, bytes | str]) -> ImageSignature | None:
         if kind == "path":
             with open(payload, "rb") as f:
                 payload = f.read()
-        return image_signature(decode_for_hashing(payload))
+        return image_signature(decode_for_hashing(payload)).blurred()  # in the worker: the main process writes it
     except Exception:  # an unreadable evaluation image is counted in the report, not fatal
         return None
 
@@ -319,9 +319,10 @@ def eval_set_fingerprint(source) -> str | None:
     return digest.hexdigest()
 
 
-def _build_set(source, set_index: int, folder: Path, submit_map) -> None:
-    """Read one evaluation set: image signatures (computed by `submit_map(fn, jobs)` in the image workers,
-    written batch by batch, so no evaluation image is held) and question texts, into `folder`: thumbs.u8, tiny.u8 and
+def _build_set(source, set_index: int, folder: Path, map_async) -> None:
+    """Read one evaluation set: image signatures (computed by `map_async(fn, jobs)()` in the image workers, one
+    batch in flight while the next is read, written batch by batch, so no evaluation image is held) and question
+    texts, into `folder`: thumbs.u8, tiny.u8 and
     hashes.npz (the signatures of its readable images, in order) and set.json (every distinct image, the question
     texts with their counts, the row counts). Nothing in it depends on the other sets or on the pool."""
     import numpy as np
@@ -336,9 +337,16 @@ def _build_set(source, set_index: int, folder: Path, submit_map) -> None:
     texts: dict[str, list] = {}  # normalised text -> [where, question, rows asking it]
     whole, content, aspect = [], [], []
     counts = {"rows": 0, "rows_weight": 0, "questions": 0, "images_unreadable_rows": 0}
+    inflight: list = []  # [(batch, collect)]: at most one batch being hashed while the next is read
     with open(folder / "thumbs.u8", "wb") as thumbs, open(folder / "tiny.u8", "wb") as tinies:
         def flush(batch: list[tuple[list, tuple]]) -> None:
-            for (entry, _), sig in zip(batch, submit_map(eval_signatures, [job for _, job in batch])):
+            """Hand `batch` to the workers; write the signatures of the batch handed over before it."""
+            if batch:
+                inflight.append((batch, map_async(eval_signatures, [job for _, job in batch])))
+            if len(inflight) < (2 if batch else 1):
+                return
+            earlier, collect = inflight.pop(0)
+            for (entry, _), sig in zip(earlier, collect()):
                 entry[2] = sig is not None
                 if sig is not None:
                     whole.append(sig.hash_whole)
@@ -378,6 +386,8 @@ def _build_set(source, set_index: int, folder: Path, submit_map) -> None:
                 flush(batch)
                 batch = []
         flush(batch)
+        while inflight:
+            flush([])
     np.savez(folder / "hashes.npz", hash_whole=np.array(whole, dtype=np.uint64),
              hash_content=np.array(content, dtype=np.uint64), aspect=np.array(aspect, dtype=np.float64))
     (folder / "set.json").write_text(json.dumps({**counts, "images": images, "paths": paths,
@@ -400,7 +410,7 @@ def _still_valid(folder: Path) -> dict | None:
     return data
 
 
-def _set_folder(source, set_index: int, work: Path, submit_map) -> tuple[Path, dict, bool]:
+def _set_folder(source, set_index: int, work: Path, map_async) -> tuple[Path, dict, bool]:
     """(folder, its set.json, whether it came from the cache) of one evaluation set: the cached one when the set's
     fingerprint has one, else built in `work` and then added to the cache (renamed into place whole: a reader
     never sees half of it, and two runs building the same set at once keep one)."""
@@ -411,7 +421,7 @@ def _set_folder(source, set_index: int, work: Path, submit_map) -> tuple[Path, d
         if data is not None:
             return cached, data, True
     folder = work / f"set{set_index}"
-    _build_set(source, set_index, folder, submit_map)
+    _build_set(source, set_index, folder, map_async)
     data = json.loads((folder / "set.json").read_text())
     if cached is not None:
         import shutil
@@ -439,7 +449,7 @@ def _question_key(question: Any) -> str | None:
     return " ".join(question_words(question)) or None
 
 
-def build_decontamination(recipe, directory, submit_map) -> Decontamination:
+def build_decontamination(recipe, directory, map_async) -> Decontamination:
     """The run's evaluation index in `directory`: every evaluation set's folder (`_set_folder`: from the
     signature cache, or read once and cached), combined in recipe order. The same image in several rows or sets is
     indexed once, under the first; question texts are counted over every set, as one set read after another."""
@@ -450,7 +460,7 @@ def build_decontamination(recipe, directory, submit_map) -> Decontamination:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     sets = [EvalSetTally(describe_source(s)) for s in recipe.decontaminate]
-    folders = [_set_folder(s, i, directory / "sets", submit_map) for i, s in enumerate(recipe.decontaminate)]
+    folders = [_set_folder(s, i, directory / "sets", map_async) for i, s in enumerate(recipe.decontaminate)]
     images: list[EvalRow] = []
     questions = QuestionIndex()
     rows_per_set: dict[int, int] = {}

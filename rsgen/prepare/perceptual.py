@@ -80,6 +80,11 @@ class ImageSignature:
         self.tiny = tiny  # TINY x TINY x 3 uint8: area averages of the content box
         self._thumb = thumb  # bytes, or the unblurred THUMB x THUMB image they are made from
 
+    def blurred(self) -> ImageSignature:
+        """Itself, its thumbnail made now (before it is sent to another process, which would only write it)."""
+        self.thumb  # noqa: B018 -- the property makes it
+        return self
+
     @property
     def thumb(self) -> bytes:
         """THUMB x THUMB x 3 uint8: the content box, stretched, lightly blurred."""
@@ -88,55 +93,51 @@ class ImageSignature:
         return self._thumb
 
 
-def _median_colour(line: np.ndarray) -> np.ndarray:
-    """Twice np.median(line, axis=0) of a (n, 3) integer line, without np.median's overhead."""
-    s = np.sort(line, axis=0)
-    return s[(len(s) - 1) // 2] + s[len(s) // 2]  # twice the median, an integer: compared with doubled planes
-
-
-def _leading(flags: np.ndarray) -> int:
-    """How many entries, from the first, are True."""
+def _trims(flags: np.ndarray) -> tuple[int, int]:
+    """How many entries are True from the start, and from the end."""
     mixed = np.flatnonzero(~flags)
-    return int(mixed[0]) if mixed.size else len(flags)
+    return (int(mixed[0]), len(flags) - 1 - int(mixed[-1])) if mixed.size else (len(flags), len(flags))
 
 
 def content_box(pixels: np.ndarray) -> tuple[int, int, int, int]:
-    """(left, top, right, bottom) of `pixels` (H x W x 3) once uniform borders are trimmed, again and again (a
-    letterbox bar, then a plain background). An image that is uniform all over keeps its full box.
+    """(left, top, right, bottom) of `pixels` (H x W x 3, uint8) once uniform borders are trimmed, again and again
+    (a letterbox bar, then a plain background). An image that is uniform all over keeps its full box.
 
     A border line is uniform when BORDER_UNIFORM_SHARE of its pixels are within BORDER_TOLERANCE of the median
     colour of the side's first line. Vectorised: the four sides of a plain background share one reference colour,
     and so does the next round's (its first lines are mostly background too), so one map of the pixels close to
     that colour answers every side of every round."""
-    a = np.asarray(pixels, dtype=np.int16)
-    # Doubled, so that twice a median (of an even count: half-way between two values) is an integer; one contiguous
-    # plane per channel, which numpy compares ~50x faster than along a last axis of 3.
-    planes = (a * 2).transpose(2, 0, 1).copy()
-    tolerance = 2 * BORDER_TOLERANCE
+    a = np.asarray(pixels, dtype=np.uint8)
+    planes = a.transpose(2, 0, 1).copy()  # contiguous planes: numpy compares them ~50x faster than along an axis of 3
     close_to: dict[tuple, np.ndarray] = {}  # reference colour (doubled) -> map of the pixels within tolerance
     left, top, right, bottom = 0, 0, a.shape[1], a.shape[0]
     while True:
         inner = a[top:bottom, left:right]
         height, width = inner.shape[:2]
-        references = (_median_colour(inner[0]), _median_colour(inner[-1]), _median_colour(inner[:, 0]),
-                      _median_colour(inner[:, -1]))
-        uniform: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-        trims = []
-        for side, reference in enumerate(references):
-            key = tuple(reference.tolist())
-            if key not in uniform:
-                close = close_to.get(key)
-                if close is None:
-                    close = np.abs(planes[0] - key[0]) <= tolerance
-                    close &= np.abs(planes[1] - key[1]) <= tolerance
-                    close &= np.abs(planes[2] - key[2]) <= tolerance
-                    close_to[key] = close
-                close = close[top:bottom, left:right]
-                uniform[key] = (np.count_nonzero(close, axis=1) >= BORDER_UNIFORM_SHARE * width,
-                                np.count_nonzero(close, axis=0) >= BORDER_UNIFORM_SHARE * height)
-            rows, columns = uniform[key]
-            trims.append(_leading((rows, rows[::-1], columns, columns[::-1])[side]))
-        t, b, lft, rgt = trims
+        # Twice the median colour of each side's first line (an integer, half-way medians included): top, bottom,
+        # left, right.
+        lines = np.sort(inner[[0, -1]], axis=1).astype(np.int16)
+        doubled = (lines[:, (width - 1) // 2] + lines[:, width // 2]).tolist()
+        lines = np.sort(inner[:, [0, -1]], axis=0).astype(np.int16)
+        doubled += (lines[(height - 1) // 2] + lines[height // 2]).tolist()
+        found: dict[tuple, tuple] = {}
+        for key in map(tuple, doubled):
+            if key in found:
+                continue
+            close = close_to.get(key)
+            if close is None:
+                # |x - m| <= BORDER_TOLERANCE for a median m: x in [lo, hi]; x - lo wraps around (uint8) below lo.
+                for plane, twice in zip(planes, key):
+                    lo = max(0, -(-(twice - 2 * BORDER_TOLERANCE) // 2))
+                    hi = min(255, (twice + 2 * BORDER_TOLERANCE) // 2)
+                    within = (plane - np.uint8(lo)) <= np.uint8(hi - lo)
+                    close = within if close is None else close & within
+                close_to[key] = close
+            close = close[top:bottom, left:right]
+            found[key] = (_trims(np.count_nonzero(close, axis=1) >= BORDER_UNIFORM_SHARE * width),
+                          _trims(np.count_nonzero(close, axis=0) >= BORDER_UNIFORM_SHARE * height))
+        t, b, lft, rgt = (found[tuple(doubled[0])][0][0], found[tuple(doubled[1])][0][1],
+                          found[tuple(doubled[2])][1][0], found[tuple(doubled[3])][1][1])
         if (t, b, lft, rgt) == (0, 0, 0, 0) or t + b >= height - 1 or lft + rgt >= width - 1:
             return left, top, right, bottom
         left, top, right, bottom = left + lft, top + t, right - rgt, bottom - b
@@ -160,7 +161,8 @@ def image_signature(image: Image.Image) -> ImageSignature:
     """The signature of a decoded image (of any mode; a JPEG may be decoded at reduced size already, see
     `decode_for_hashing`). Measured on a copy reduced by an integer factor (a box filter, as cheap as it gets) to
     at most BASE_SIDE on its long side; its content box is found on a copy reduced again, to under 2 x WORK_SIDE."""
-    image = image.convert("RGB")
+    if image.mode != "RGB":
+        image = image.convert("RGB")
     factor = reduction_factor(image.size, BASE_SIDE)
     if factor > 1:
         image = image.reduce(factor)
@@ -303,14 +305,31 @@ def gate(tiny_a: np.ndarray, aspect_a: np.ndarray, tiny_b: np.ndarray, aspect_b:
     unrelated candidates the hashes propose differ by over 100).
     So the gate only ever rejects; what passes it is decided by `compare`, ~100x dearer a pair."""
     ratio = aspect_a / aspect_b
+    same = np.abs(np.log(ratio)) < 0.01  # `_starts` has one start for these, both boxes whole: no resampling
+    out = np.empty(len(ratio), dtype=np.float32)
+    if same.any():
+        out[same] = np.abs(_cells(tiny_a[same]) - _cells(tiny_b[same])).max(axis=(1, 2, 3))
+    if not same.all():
+        out[~same] = _aligned(tiny_a[~same], tiny_b[~same], ratio[~same])
+    return out
+
+
+def _cells(tiny: np.ndarray) -> np.ndarray:
+    """(k, 3, GATE_CELLS, GATE_CELLS) cell averages of k TINY averages."""
+    planes = tiny.reshape(-1, TINY, TINY, 3).astype(np.float32)
+    rows = planes[:, 0::2] + planes[:, 1::2]  # pairs averaged by slicing: .mean over a short axis is ~10x slower
+    return ((rows[:, :, 0::2] + rows[:, :, 1::2]) / 4).transpose(0, 3, 1, 2)
+
+
+def _aligned(tiny_a: np.ndarray, tiny_b: np.ndarray, ratio: np.ndarray) -> np.ndarray:
+    """`gate` for pairs whose shapes differ: the best of the four starts."""
     k = len(ratio)
-    kept = np.where(np.abs(np.log(ratio)) < 0.01, 1.0, np.where(ratio < 1, ratio, 1 / ratio))
+    kept = np.where(ratio < 1, ratio, 1 / ratio)
     # `_starts`, vectorised. In each start one image is cut along one axis and the other is whole: the whole one as
     # cells; the cut one with its other axis paired into cells and the cut axis averaged over the kept part at
     # either end. Where the cut runs along y both are transposed, so that it always runs along the last axis.
     wide = (ratio < 1)[:, None, None, None]  # a relatively taller: b cut in x (starts 0, 1) or a cut in y (2, 3)
     planes = [t.reshape(k, TINY, TINY, 3).transpose(0, 3, 1, 2).astype(np.float32) for t in (tiny_a, tiny_b)]
-    # Pairs of rows or columns averaged by slicing: ndarray.mean over a short strided axis is ~10x slower.
     rows_paired = [(p[:, :, 0::2] + p[:, :, 1::2]) / 2 for p in planes]  # for a cut along x
     columns_paired = [(p[..., 0::2] + p[..., 1::2]).swapaxes(2, 3) / 2 for p in planes]  # for a cut along y
     cells = [(r[..., 0::2] + r[..., 1::2]) / 2 for r in rows_paired]
@@ -319,7 +338,8 @@ def gate(tiny_a: np.ndarray, aspect_a: np.ndarray, tiny_b: np.ndarray, aspect_b:
     worst = []
     for whole, cut, cut_in_x in ((0, 1, wide), (1, 0, ~wide)):
         reference = np.where(cut_in_x, cells[whole], cells[whole].swapaxes(2, 3))
-        averaged = np.where(cut_in_x, rows_paired[cut], columns_paired[cut])[:, None] @ weights[:, :, None].swapaxes(-1, -2)
+        averaged = (np.where(cut_in_x, rows_paired[cut], columns_paired[cut])[:, None]
+                    @ weights[:, :, None].swapaxes(-1, -2))
         worst.append(np.abs(averaged - reference[:, None]).max(axis=(2, 3, 4)))  # (k, 2)
     return np.minimum(*worst).min(axis=1)
 
@@ -406,8 +426,10 @@ class ImageIndex:
             block = slice(start, start + step)
             distance = np.minimum(_bit_counts(whole[block] ^ self.hash_whole),
                                   _bit_counts(content[block] ^ self.hash_content))
-            near = (distance <= PROPOSE_BITS) & (np.abs(self.log_aspect - log_aspect[block]) <= -np.log(1 - MAX_CROP))
-            i, j = np.nonzero(near)
+            i, j = np.nonzero(distance <= PROPOSE_BITS)
+            # The shapes only for the pairs the hashes propose: a float matrix the size of the block costs more.
+            shaped = np.abs(self.log_aspect[j] - log_aspect[start + i, 0]) <= -np.log(1 - MAX_CROP)
+            i, j = i[shaped], j[shaped]
             mine.append(i + start)
             theirs.append(j)
             distances.append(distance[i, j])
