@@ -174,7 +174,9 @@ def image_signature(image: Image.Image) -> ImageSignature:
     box = (box[0] * scale, box[1] * scale, min(box[2] * scale, width), min(box[3] * scale, height))
     thumb = image.resize((THUMB, THUMB), Image.Resampling.BOX, box=box)  # blurred only when compared
     return ImageSignature(
-        hash_whole=_phash(work.resize((HASH_SIDE, HASH_SIDE), Image.Resampling.BOX).convert("L")),
+        # Reduced first while both sides stay at least HASH_SIDE: a box filter twice, ~2x cheaper than once.
+        hash_whole=_phash(work.reduce(max(1, min(work.size) // HASH_SIDE)).resize(
+            (HASH_SIDE, HASH_SIDE), Image.Resampling.BOX).convert("L")),
         hash_content=_phash(thumb.reduce(THUMB // HASH_SIDE).convert("L")),
         aspect=(box[2] - box[0]) / (box[3] - box[1]),
         tiny=thumb.reduce(THUMB // TINY).tobytes(),
