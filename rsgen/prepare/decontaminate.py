@@ -28,7 +28,6 @@ it removed, and every drop has examples with the pool row and the evaluation row
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -46,7 +45,7 @@ from rsgen.prepare.perceptual import (
     PROPOSE_BITS,
     SIGNATURE_VERSION,
     THUMB,
-    TINY,
+    ImageIndex,
     ImageSignature,
     decode_for_hashing,
     image_signature,
@@ -453,8 +452,6 @@ def build_decontamination(recipe, directory, map_async) -> Decontamination:
     """The run's evaluation index in `directory`: every evaluation set's folder (`_set_folder`: from the
     signature cache, or read once and cached), combined in recipe order. The same image in several rows or sets is
     indexed once, under the first; question texts are counted over every set, as one set read after another."""
-    import numpy as np
-
     from rsgen.prepare.sources import describe_source
 
     directory = Path(directory)
@@ -465,52 +462,34 @@ def build_decontamination(recipe, directory, map_async) -> Decontamination:
     questions = QuestionIndex()
     rows_per_set: dict[int, int] = {}
     seen: set[str] = set()
-    whole, content, aspect = [], [], []
-    # One set: its folder is the index as it is (its images are distinct already), so nothing is copied.
-    single = len(folders) == 1
-    with (contextlib.nullcontext() if single else open(directory / "thumbs.u8", "wb")) as thumbs, \
-            (contextlib.nullcontext() if single else open(directory / "tiny.u8", "wb")) as tinies:
-        for set_index, (folder, data, from_cache) in enumerate(folders):
-            tally = sets[set_index]
-            tally.rows, tally.questions = data["rows"], data["questions"]
-            tally.images_unreadable = data["images_unreadable_rows"]
-            tally.from_cache = from_cache
-            if data["rows"]:
-                rows_per_set[set_index] = data["rows_weight"]
-            for key, where, question, count in data["texts"]:
-                questions.add_counted(set_index, where, question, key, count)
-            with np.load(folder / "hashes.npz") as npz:  # each array read once (an NpzFile reads on every [])
-                arrays = {name: npz[name] for name in ("hash_whole", "hash_content", "aspect")}
-            signed = len(arrays["aspect"])
-            set_thumbs, set_tinies = ((np.memmap(folder / "thumbs.u8", dtype=np.uint8, mode="r",
-                                                 shape=(signed, THUMB * THUMB * 3)),
-                                       np.memmap(folder / "tiny.u8", dtype=np.uint8, mode="r",
-                                                 shape=(signed, TINY * TINY * 3)))
-                                      if signed and not single else (None, None))
-            position = 0  # among this set's readable images
-            for key, where, readable in data["images"]:
-                if readable:
-                    position += 1
-                if key in seen:
-                    continue
-                seen.add(key)
-                if not readable:
-                    tally.images_unreadable += 1
-                    continue
-                tally.images += 1
-                images.append(EvalRow(set_index, where))
-                if not single:
-                    whole.append(arrays["hash_whole"][position - 1])
-                    content.append(arrays["hash_content"][position - 1])
-                    aspect.append(arrays["aspect"][position - 1])
-                    thumbs.write(set_thumbs[position - 1].tobytes())
-                    tinies.write(set_tinies[position - 1].tobytes())
-            del set_thumbs, set_tinies
-    if single:
+    parts: list[tuple[ImageIndex, list[int]]] = []  # per set: its signatures and the positions the index takes
+    for set_index, (folder, data, from_cache) in enumerate(folders):
+        tally = sets[set_index]
+        tally.rows, tally.questions = data["rows"], data["questions"]
+        tally.images_unreadable = data["images_unreadable_rows"]
+        tally.from_cache = from_cache
+        if data["rows"]:
+            rows_per_set[set_index] = data["rows_weight"]
+        for key, where, question, count in data["texts"]:
+            questions.add_counted(set_index, where, question, key, count)
+        taken, position = [], 0  # position: among this set's readable images
+        for key, where, readable in data["images"]:
+            if readable:
+                position += 1
+            if key in seen:
+                continue
+            seen.add(key)
+            if not readable:
+                tally.images_unreadable += 1
+                continue
+            tally.images += 1
+            images.append(EvalRow(set_index, where))
+            taken.append(position - 1)
+        parts.append((ImageIndex.open(folder), taken))
+    if len(folders) == 1:  # one set: its folder is the index as it is (its images are distinct already)
         directory = folders[0][0]
     else:
-        np.savez(directory / "hashes.npz", hash_whole=np.array(whole, dtype=np.uint64),
-                 hash_content=np.array(content, dtype=np.uint64), aspect=np.array(aspect, dtype=np.float64))
+        ImageIndex.combine(directory, parts)
     templated = questions.templated_sets(rows_per_set)
     indexed = questions.build(templated)
     for i, tally in enumerate(sets):
