@@ -168,6 +168,10 @@ def main() -> None:
                 )
                 runs.append({"run": name, **json.loads(out.stdout.strip().splitlines()[-1])})
                 print(json.dumps(runs[-1]))
+            costs = None
+            if args.decontaminate and args.source == "parquet":  # before the work folder (and its cache) goes
+                (index_dir,) = {str(p.parent) for p in Path(env["HF_ASSETS_CACHE"]).glob("rsgen/*/*/*/hashes.npz")}
+                costs = worker_cost(os.path.join(workdir, "pool.parquet"), index_dir)
         results.append(runs[0])
         if args.decontaminate:
             plain, cold, warm = runs
@@ -183,9 +187,8 @@ def main() -> None:
                   f"the cache: {'OK' if rate >= 3 * BASELINE_HASH_RATE else 'UNDER TARGET'})")
             same = cold["pool_sha256"] == warm["pool_sha256"] and cold["removed"] == warm["removed"]
             print(f"cold and warm prepared pools identical: {same}")
-            if args.source == "parquet":
-                (index_dir,) = {str(p.parent) for p in Path(env["HF_ASSETS_CACHE"]).glob("rsgen/*/*/*/hashes.npz")}
-                plain_cost, decon_cost = worker_cost(os.path.join(workdir, "pool.parquet"), index_dir)
+            if costs is not None:
+                plain_cost, decon_cost = costs
                 print(f"one worker, an image of the pool: {plain_cost * 1e6:,.0f} us without decontamination, "
                       f"{decon_cost * 1e6:,.0f} us with it (+{(decon_cost - plain_cost) * 1e6:,.0f} us: its "
                       "signature, the proposal, the gate, the pixel checks)")
