@@ -16,7 +16,8 @@ empty signature cache: every evaluation image is hashed, by the prepare workers)
 by the cold run, rsgen.prepare.decontaminate.signature_cache_root, in a cache folder of the bench's own). Printed:
 the overhead of each over the plain run (target, warm: under 20%), the evaluation images the cold run indexed per
 second of its overhead (target: >= 3x the 870 images/s one process hashed before the cache, issue #35), the
-images one process hashes per second, and whether the three pools are identical (the cache changes no decision).
+images one process hashes per second, whether the three pools are identical (the cache changes no decision), and
+what one worker spends on a pool image without and with the evaluation index (the part no cache removes).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 SEED = 20261202
 BASELINE_HASH_RATE = 870  # evaluation images hashed per second by one process before the cache (issue #35)
@@ -57,7 +59,6 @@ def child(num_images: int, num_proc: int, source_kind: str, workdir: str, decont
     report = run_prepare(recipe, force=True)
     seconds = time.perf_counter() - start
     import hashlib
-    from pathlib import Path
 
     shards = sorted(Path(recipe.output_dir, "prepared").glob("*.parquet"))
     return {
@@ -91,6 +92,31 @@ def hashed_per_second(n: int = 200) -> float:
     for image in images:
         image_signature(image)
     return n / (time.perf_counter() - start)
+
+
+def worker_cost(pool_parquet: str, index_dir: str, repeats: int = 3) -> tuple[float, float]:
+    """Seconds one worker process spends an image on the pool's images (`process_images` in batches of 32, the best
+    of `repeats`), without and with the evaluation index at `index_dir`: the pool side of decontamination, which no
+    cache removes."""
+    import pyarrow.parquet as pq
+
+    from rsgen.prepare.images import ImageJob, process_images
+    from rsgen.prepare.perceptual import open_index
+
+    seen, images = set(), []
+    for cell in pq.read_table(pool_parquet, columns=["image"]).column("image").to_pylist():
+        if cell["bytes"] not in seen:
+            seen.add(cell["bytes"])
+            images.append(cell["bytes"])
+    open_index(index_dir)  # opened once per worker in prepare: not part of an image's cost
+    best = {}
+    for index in [None, index_dir] * repeats:
+        jobs = [ImageJob("bytes", data, None, 1 << 30, 1000.0, index) for data in images]
+        start = time.perf_counter()
+        for i in range(0, len(jobs), 32):
+            process_images(jobs[i : i + 32])
+        best[index] = min(best.get(index, float("inf")), (time.perf_counter() - start) / len(images))
+    return best[None], best[index_dir]
 
 
 def main() -> None:
@@ -142,6 +168,10 @@ def main() -> None:
                 )
                 runs.append({"run": name, **json.loads(out.stdout.strip().splitlines()[-1])})
                 print(json.dumps(runs[-1]))
+            costs = None
+            if args.decontaminate and args.source == "parquet":  # before the work folder (and its cache) goes
+                (index_dir,) = {str(p.parent) for p in Path(env["HF_ASSETS_CACHE"]).glob("rsgen/*/*/*/hashes.npz")}
+                costs = worker_cost(os.path.join(workdir, "pool.parquet"), index_dir)
         results.append(runs[0])
         if args.decontaminate:
             plain, cold, warm = runs
@@ -157,6 +187,11 @@ def main() -> None:
                   f"the cache: {'OK' if rate >= 3 * BASELINE_HASH_RATE else 'UNDER TARGET'})")
             same = cold["pool_sha256"] == warm["pool_sha256"] and cold["removed"] == warm["removed"]
             print(f"cold and warm prepared pools identical: {same}")
+            if costs is not None:
+                plain_cost, decon_cost = costs
+                print(f"one worker, an image of the pool: {plain_cost * 1e6:,.0f} us without decontamination, "
+                      f"{decon_cost * 1e6:,.0f} us with it (+{(decon_cost - plain_cost) * 1e6:,.0f} us: its "
+                      "signature, the proposal, the gate, the pixel checks)")
     print()
     print(f"source: {args.source}, workers: {args.num_proc}")
     print(f"{'images':>8} {'rows':>8} {'QA pairs':>9} {'seconds':>8} {'rows/s':>8} {'images/s':>9} {'peak MB':>8}")

@@ -32,7 +32,6 @@ depends on what the index keeps.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -44,11 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from rsgen.prepare.perceptual import (
+    GATE_CELLS,
+    GATE_MAX,
     MAX_SOLID_PIXELS,
     PROPOSE_BITS,
     SIGNATURE_VERSION,
     THUMB,
+    ImageIndex,
     ImageSignature,
+    decode_for_hashing,
     image_signature,
 )
 
@@ -191,18 +194,12 @@ class QuestionIndex:
 def eval_signature(job: tuple[str, bytes | str]) -> ImageSignature | None:
     """The signature of one evaluation image (kind "bytes" or "path"), None when it cannot be read. Runs in the
     image workers: it imports numpy and Pillow only."""
-    import io
-
-    from PIL import Image
-
     kind, payload = job
     try:
         if kind == "path":
             with open(payload, "rb") as f:
                 payload = f.read()
-        with Image.open(io.BytesIO(payload)) as image:
-            image.load()
-            return image_signature(image)
+        return image_signature(decode_for_hashing(payload)).blurred()  # in the worker: the main process writes it
     except Exception:  # an unreadable evaluation image is counted in the report, not fatal
         return None
 
@@ -252,7 +249,9 @@ class Decontamination:
             sets.append({**tally.to_dict(), "name": eval_set_name(i)})
         return {
             "images": {"method": "pHash of the whole image and of its content box propose (within "
-                                 f"{PROPOSE_BITS} of 64 bits), a pixel comparison of the aligned content boxes "
+                                 f"{PROPOSE_BITS} of 64 bits), {GATE_CELLS}x{GATE_CELLS} cell averages of the aligned "
+                                 f"content boxes gate (no cell's colour off by more than {GATE_MAX}), a pixel "
+                                 "comparison of the aligned content boxes "
                                  f"confirms (at most {MAX_SOLID_PIXELS} solid differing pixels of {THUMB}x{THUMB})",
                        "signature_version": SIGNATURE_VERSION},
             "questions": {"ngram": NGRAM, "match_share": QUESTION_MATCH_SHARE, "templated_share": TEMPLATED_SHARE,
@@ -263,7 +262,7 @@ class Decontamination:
 
 EVAL_BATCH = 256  # evaluation images per batch handed to the workers
 CACHE_NAMESPACE = "decontamination"  # the signature cache: cached_assets_path("rsgen", CACHE_NAMESPACE, ...)
-_CACHE_LAYOUT = 1  # what a cached set folder holds (set.json's fields); part of the cache folder's name
+_CACHE_LAYOUT = 2  # what a cached set folder holds (set.json's fields); part of the cache folder's name
 
 
 def signature_cache_root() -> Path:
@@ -323,9 +322,10 @@ def eval_set_fingerprint(source) -> str | None:
     return digest.hexdigest()
 
 
-def _build_set(source, set_index: int, folder: Path, submit_map) -> None:
-    """Read one evaluation set: image signatures (computed by `submit_map(fn, jobs)` in the image workers,
-    written batch by batch, so no evaluation image is held) and question texts, into `folder`: thumbs.u8 and
+def _build_set(source, set_index: int, folder: Path, map_async) -> None:
+    """Read one evaluation set: image signatures (computed by `map_async(fn, jobs)()` in the image workers, one
+    batch in flight while the next is read, written batch by batch, so no evaluation image is held) and question
+    texts, into `folder`: thumbs.u8, tiny.u8 and
     hashes.npz (the signatures of its readable images, in order) and set.json (every distinct image, the question
     texts with their counts, the row counts). Nothing in it depends on the other sets or on the pool."""
     import numpy as np
@@ -340,15 +340,23 @@ def _build_set(source, set_index: int, folder: Path, submit_map) -> None:
     texts: dict[str, list] = {}  # normalised text -> [where, question, rows asking it]
     whole, content, aspect = [], [], []
     counts = {"rows": 0, "rows_weight": 0, "questions": 0, "images_unreadable_rows": 0}
-    with open(folder / "thumbs.u8", "wb") as thumbs:
+    inflight: list = []  # [(batch, collect)]: at most one batch being hashed while the next is read
+    with open(folder / "thumbs.u8", "wb") as thumbs, open(folder / "tiny.u8", "wb") as tinies:
         def flush(batch: list[tuple[list, tuple]]) -> None:
-            for (entry, _), sig in zip(batch, submit_map(eval_signatures, [job for _, job in batch])):
+            """Hand `batch` to the workers; write the signatures of the batch handed over before it."""
+            if batch:
+                inflight.append((batch, map_async(eval_signatures, [job for _, job in batch])))
+            if len(inflight) < (2 if batch else 1):
+                return
+            earlier, collect = inflight.pop(0)
+            for (entry, _), sig in zip(earlier, collect()):
                 entry[2] = sig is not None
                 if sig is not None:
                     whole.append(sig.hash_whole)
                     content.append(sig.hash_content)
                     aspect.append(sig.aspect)
                     thumbs.write(sig.thumb)
+                    tinies.write(sig.tiny)
 
         batch: list[tuple[list, tuple]] = []
         for row in iter_raw_rows(source, set_index):
@@ -381,6 +389,8 @@ def _build_set(source, set_index: int, folder: Path, submit_map) -> None:
                 flush(batch)
                 batch = []
         flush(batch)
+        while inflight:
+            flush([])
     np.savez(folder / "hashes.npz", hash_whole=np.array(whole, dtype=np.uint64),
              hash_content=np.array(content, dtype=np.uint64), aspect=np.array(aspect, dtype=np.float64))
     (folder / "set.json").write_text(json.dumps({**counts, "images": images, "paths": paths,
@@ -403,7 +413,7 @@ def _still_valid(folder: Path) -> dict | None:
     return data
 
 
-def _set_folder(source, set_index: int, work: Path, submit_map) -> tuple[Path, dict, bool]:
+def _set_folder(source, set_index: int, work: Path, map_async) -> tuple[Path, dict, bool]:
     """(folder, its set.json, whether it came from the cache) of one evaluation set: the cached one when the set's
     fingerprint has one, else built in `work` and then added to the cache (renamed into place whole: a reader
     never sees half of it, and two runs building the same set at once keep one)."""
@@ -414,7 +424,7 @@ def _set_folder(source, set_index: int, work: Path, submit_map) -> tuple[Path, d
         if data is not None:
             return cached, data, True
     folder = work / f"set{set_index}"
-    _build_set(source, set_index, folder, submit_map)
+    _build_set(source, set_index, folder, map_async)
     data = json.loads((folder / "set.json").read_text())
     if cached is not None:
         import shutil
@@ -442,63 +452,48 @@ def _question_key(question: Any) -> str | None:
     return " ".join(question_words(question)) or None
 
 
-def build_decontamination(recipe, directory, submit_map) -> Decontamination:
+def build_decontamination(recipe, directory, map_async) -> Decontamination:
     """The run's evaluation index in `directory`: every evaluation set's folder (`_set_folder`: from the
     signature cache, or read once and cached), combined in recipe order. The same image in several rows or sets is
     indexed once, under the first; question texts are counted over every set, as one set read after another."""
-    import numpy as np
-
     from rsgen.prepare.sources import describe_source
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     sets = [EvalSetTally(describe_source(s)) for s in recipe.decontaminate]
-    folders = [_set_folder(s, i, directory / "sets", submit_map) for i, s in enumerate(recipe.decontaminate)]
+    folders = [_set_folder(s, i, directory / "sets", map_async) for i, s in enumerate(recipe.decontaminate)]
     images: list[EvalRow] = []
     questions = QuestionIndex()
     rows_per_set: dict[int, int] = {}
     seen: set[str] = set()
-    whole, content, aspect = [], [], []
-    # One set: its folder is the index as it is (its images are distinct already), so nothing is copied.
-    single = len(folders) == 1
-    with contextlib.nullcontext() if single else open(directory / "thumbs.u8", "wb") as thumbs:
-        for set_index, (folder, data, from_cache) in enumerate(folders):
-            tally = sets[set_index]
-            tally.rows, tally.questions = data["rows"], data["questions"]
-            tally.images_unreadable = data["images_unreadable_rows"]
-            tally.from_cache = from_cache
-            if data["rows"]:
-                rows_per_set[set_index] = data["rows_weight"]
-            for key, where, question, count in data["texts"]:
-                questions.add_counted(set_index, where, question, key, count)
-            with np.load(folder / "hashes.npz") as npz:  # each array read once (an NpzFile reads on every [])
-                arrays = {name: npz[name] for name in ("hash_whole", "hash_content", "aspect")}
-            signed = len(arrays["aspect"])
-            set_thumbs = (np.memmap(folder / "thumbs.u8", dtype=np.uint8, mode="r", shape=(signed, THUMB * THUMB * 3))
-                          if signed and not single else None)
-            position = 0  # among this set's readable images
-            for key, where, readable in data["images"]:
-                if readable:
-                    position += 1
-                if key in seen:
-                    continue
-                seen.add(key)
-                if not readable:
-                    tally.images_unreadable += 1
-                    continue
-                tally.images += 1
-                images.append(EvalRow(set_index, where))
-                if not single:
-                    whole.append(arrays["hash_whole"][position - 1])
-                    content.append(arrays["hash_content"][position - 1])
-                    aspect.append(arrays["aspect"][position - 1])
-                    thumbs.write(set_thumbs[position - 1].tobytes())
-            del set_thumbs
-    if single:
+    parts: list[tuple[ImageIndex, list[int]]] = []  # per set: its signatures and the positions the index takes
+    for set_index, (folder, data, from_cache) in enumerate(folders):
+        tally = sets[set_index]
+        tally.rows, tally.questions = data["rows"], data["questions"]
+        tally.images_unreadable = data["images_unreadable_rows"]
+        tally.from_cache = from_cache
+        if data["rows"]:
+            rows_per_set[set_index] = data["rows_weight"]
+        for key, where, question, count in data["texts"]:
+            questions.add_counted(set_index, where, question, key, count)
+        taken, position = [], 0  # position: among this set's readable images
+        for key, where, readable in data["images"]:
+            if readable:
+                position += 1
+            if key in seen:
+                continue
+            seen.add(key)
+            if not readable:
+                tally.images_unreadable += 1
+                continue
+            tally.images += 1
+            images.append(EvalRow(set_index, where))
+            taken.append(position - 1)
+        parts.append((ImageIndex.open(folder), taken))
+    if len(folders) == 1:  # one set: its folder is the index as it is (its images are distinct already)
         directory = folders[0][0]
     else:
-        np.savez(directory / "hashes.npz", hash_whole=np.array(whole, dtype=np.uint64),
-                 hash_content=np.array(content, dtype=np.uint64), aspect=np.array(aspect, dtype=np.float64))
+        ImageIndex.combine(directory, parts)
     templated = questions.templated_sets(rows_per_set)
     indexed = questions.build(templated)
     for i, tally in enumerate(sets):

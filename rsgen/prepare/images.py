@@ -101,20 +101,21 @@ def _to_rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
-def process_image(job: ImageJob) -> ImageResult:
-    """Check one image; store the bytes to keep (the original bytes when already RGB, else a PNG)."""
+def _check_image(job: ImageJob) -> tuple[ImageResult, Any]:
+    """The image's checks, and its perceptual signature when the job asks for a match against an evaluation index
+    (else None); the result's eval_match is left to `process_images`."""
     if job.kind == "path":
         try:
             with open(job.payload, "rb") as f:
                 raw = f.read()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            return ImageResult("image_file_missing")
+            return ImageResult("image_file_missing"), None
         except OSError:
-            return ImageResult("image_undecodable")
+            return ImageResult("image_undecodable"), None
     else:
         raw = job.payload
     if not raw:
-        return ImageResult("image_zero_size")
+        return ImageResult("image_zero_size"), None
     raw_sha = job.raw_sha or hashlib.sha256(raw).hexdigest()
     Image.MAX_IMAGE_PIXELS = job.max_pixels
     try:
@@ -123,19 +124,19 @@ def process_image(job: ImageJob) -> ImageResult:
             image = Image.open(io.BytesIO(raw))
             width, height = image.size
             if width == 0 or height == 0:
-                return ImageResult("image_zero_size", raw_sha256=raw_sha)
+                return ImageResult("image_zero_size", raw_sha256=raw_sha), None
             if width * height > job.max_pixels:
-                return ImageResult("image_too_many_pixels", raw_sha256=raw_sha, width=width, height=height)
+                return ImageResult("image_too_many_pixels", raw_sha256=raw_sha, width=width, height=height), None
             if max(width, height) / min(width, height) > job.max_aspect_ratio:
-                return ImageResult("image_aspect_ratio", raw_sha256=raw_sha, width=width, height=height)
+                return ImageResult("image_aspect_ratio", raw_sha256=raw_sha, width=width, height=height), None
             image.load()  # the full decode: finds truncated and corrupt data
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        return ImageResult("image_too_many_pixels", raw_sha256=raw_sha)
+        return ImageResult("image_too_many_pixels", raw_sha256=raw_sha), None
     except OSError as e:
         reason = "image_truncated" if "truncat" in str(e).lower() else "image_undecodable"
-        return ImageResult(reason, raw_sha256=raw_sha)
+        return ImageResult(reason, raw_sha256=raw_sha), None
     except Exception:  # Pillow raises assorted errors (SyntaxError, ValueError, struct.error) on corrupt data
-        return ImageResult("image_undecodable", raw_sha256=raw_sha)
+        return ImageResult("image_undecodable", raw_sha256=raw_sha), None
 
     conversions = []
     orientation = image.getexif().get(ORIENTATION_TAG, 1)  # Pillow reads corrupt EXIF leniently
@@ -143,7 +144,7 @@ def process_image(job: ImageJob) -> ImageResult:
         try:
             image = ImageOps.exif_transpose(image)
         except Exception:
-            return ImageResult("image_undecodable", raw_sha256=raw_sha, width=width, height=height)
+            return ImageResult("image_undecodable", raw_sha256=raw_sha, width=width, height=height), None
         width, height = image.size
         conversions.append(f"image_exif_orientation_{orientation}_applied")
     mode = image.mode
@@ -151,7 +152,7 @@ def process_image(job: ImageJob) -> ImageResult:
         try:
             image = _to_rgb(image)
         except Exception:
-            return ImageResult("image_unsupported_mode", raw_sha256=raw_sha, width=width, height=height)
+            return ImageResult("image_unsupported_mode", raw_sha256=raw_sha, width=width, height=height), None
         conversions.append(f"image_mode_{mode}_to_RGB")
     stored = raw
     if conversions:
@@ -160,18 +161,39 @@ def process_image(job: ImageJob) -> ImageResult:
         stored = buffer.getvalue()
     sha = raw_sha if stored is raw else hashlib.sha256(stored).hexdigest()
     data = None if stored is raw and job.kind == "bytes" else stored  # the main process has the payload already
-    eval_match = None
+    signature = None
     if job.eval_index is not None:
-        # Checked here, on the decoded upright RGB image, in the worker: no second decode in the main process.
-        from rsgen.prepare.perceptual import image_signature, open_index
+        # Signed here, on the decoded upright RGB image, in the worker: no second decode, in no other process.
+        from rsgen.prepare.perceptual import image_signature
 
-        eval_match = open_index(job.eval_index).match(image_signature(image))
-    return ImageResult(None, sha, raw_sha, tuple(conversions), width, height, data, eval_match)
+        signature = image_signature(image)
+    return ImageResult(None, sha, raw_sha, tuple(conversions), width, height, data), signature
+
+
+def process_image(job: ImageJob) -> ImageResult:
+    """Check one image; store the bytes to keep (the original bytes when already RGB, else a PNG)."""
+    return process_images([job])[0]
 
 
 def process_images(jobs: list[ImageJob]) -> list[ImageResult]:
-    """A batch of jobs in one task: fewer round trips to the pool."""
-    return [process_image(job) for job in jobs]
+    """A batch of jobs in one task: fewer round trips to the pool, and the batch's signatures matched against the
+    evaluation index together (its proposal and gate are vectorised over the whole batch)."""
+    checked = [_check_image(job) for job in jobs]
+    by_index: dict[str, list[int]] = {}
+    for n, (_, signature) in enumerate(checked):
+        if signature is not None:
+            by_index.setdefault(jobs[n].eval_index, []).append(n)
+    results = [result for result, _ in checked]
+    if by_index:
+        from dataclasses import replace
+
+        from rsgen.prepare.perceptual import open_index
+
+        for directory, positions in by_index.items():
+            matches = open_index(directory).match_many([checked[n][1] for n in positions])
+            for n, match in zip(positions, matches):
+                results[n] = replace(results[n], eval_match=match)
+    return results
 
 
 _DATA_URI = re.compile(r"^data:image/[\w.+-]+;base64,", re.IGNORECASE)

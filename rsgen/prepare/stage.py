@@ -199,13 +199,16 @@ class ImageWorkers:
             # spawn: forking a process that holds pyarrow / datasets threads can deadlock the child.
             self.pool = multiprocessing.get_context("spawn").Pool(num_proc)
 
-    def map(self, fn, items: list) -> list:
-        """fn(chunk) -> list over `items` in chunks on the workers, in order (inline without workers)."""
+    def map_async(self, fn, items: list):
+        """fn(chunk) -> list over `items` in chunks on the workers, started now: returns the function that waits
+        for the whole list, in order (inline without workers: done now)."""
         if self.pool is None or not items:
-            return fn(items)
+            done = fn(items)
+            return lambda: done
         size = max(1, -(-len(items) // (self.num_proc * 2)))
         chunks = [items[i : i + size] for i in range(0, len(items), size)]
-        return [r for chunk in self.pool.map(fn, chunks) for r in chunk]
+        handle = self.pool.map_async(fn, chunks)
+        return lambda: [r for chunk in handle.get() for r in chunk]
 
     def submit(self, jobs: list[ImageJob]):
         if self.pool is None or not jobs:
@@ -341,7 +344,7 @@ def run_prepare(recipe: RecipeConfig, state=None, force: bool = False) -> dict:
                 decon = None
                 if recipe.decontaminate:
                     # Built once per run, before the pool, by the same workers; kept as hashes, not images.
-                    decon = build_decontamination(recipe, work / "eval_index", workers.map)
+                    decon = build_decontamination(recipe, work / "eval_index", workers.map_async)
                     logger.info("prepare: decontamination index: %d evaluation images, %d identifying questions "
                                 "(signatures of %d of %d evaluation sets from the cache in %s)",
                                 len(decon.images), len(decon.questions.questions),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 
+import numpy as np
 import pytest
 import yaml
 from PIL import Image
@@ -17,7 +18,15 @@ from PIL import Image
 from rsgen.cli import main
 from rsgen.demo.pool import draw_clevr, make_demo_image
 from rsgen.prepare.decontaminate import QuestionIndex, question_grams
-from rsgen.prepare.perceptual import PROPOSE_BITS, ImageIndex, hash_distances, image_signature, is_copy
+from rsgen.prepare.perceptual import (
+    GATE_MAX,
+    PROPOSE_BITS,
+    ImageIndex,
+    gate,
+    hash_distances,
+    image_signature,
+    is_copy,
+)
 
 
 def _demo_image(seed: int, index: int) -> Image.Image:
@@ -103,6 +112,71 @@ def test_hashes_alone_cannot_decide_so_the_pixel_check_does():
     assert near <= PROPOSE_BITS, "the edited scene should be proposed: only the pixel check can tell"
     assert not is_copy(a, b)
     assert is_copy(image_signature(letterbox(original)), a)
+
+
+def _tiny(sig) -> np.ndarray:
+    return np.frombuffer(sig.tiny, dtype=np.uint8)[None]
+
+
+def test_the_gate_passes_every_promised_copy_with_room_and_rejects_a_scene_the_pixel_check_once_took():
+    """The gate (8 x 8 cell averages of the aligned content boxes) only rejects, so it must pass every promised copy
+    -- with room: at most 3/4 of GATE_MAX here (63 at most measured on 150 demo images) -- and it rejects the pair of
+    different scenes that signature version 1's pixel check confirmed (6 solid pixels) in bench_prepare's pool."""
+    for i in range(20):
+        original = image_signature(_demo_image(7, i))
+        for name, transform in TRANSFORMS.items():
+            copy = image_signature(transform(_demo_image(7, i)))
+            value = gate(_tiny(copy), np.array([copy.aspect]), _tiny(original), np.array([original.aspect]))[0]
+            assert value <= 0.75 * GATE_MAX, (i, name, value)
+    pool, evaluation = (Image.open(io.BytesIO(make_demo_image(seed, i)[1])).convert("RGB")
+                        for seed, i in ((20261202, 967), (20261203, 9944)))
+    a, b = image_signature(pool), image_signature(evaluation)
+    assert gate(_tiny(a), np.array([a.aspect]), _tiny(b), np.array([b.aspect]))[0] > GATE_MAX
+
+
+def test_a_batch_of_images_is_matched_as_one_at_a_time(tmp_path, monkeypatch):
+    """Workers match a batch at once (proposal and gate vectorised over every pair, in blocks); the decisions are
+    those of one image at a time, whatever the block sizes."""
+    from rsgen.prepare import perceptual
+
+    index = _index(tmp_path, [_demo_image(7, i) for i in range(20)])
+    sigs = [image_signature(f(_demo_image(7, i))) for i in range(0, 20, 3) for f in TRANSFORMS.values()]
+    sigs += [image_signature(_demo_image(99, i)) for i in range(30)]
+    one_by_one = [index.match(s) for s in sigs]
+    assert sum(m is not None for m in one_by_one) == 4 * 7
+    assert index.match_many(sigs) == one_by_one
+    monkeypatch.setattr(perceptual, "PAIRS_AT_ONCE", 7 * len(index))  # 7 images a block
+    monkeypatch.setattr(perceptual, "GATE_AT_ONCE", 3)
+    assert index.match_many(sigs) == one_by_one
+
+
+def _jpeg(image, **kwargs) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=90, **kwargs)
+    return buffer.getvalue()
+
+
+def test_evaluation_images_are_decoded_only_as_large_as_hashing_needs_and_turned_upright(tmp_path):
+    """A large evaluation JPEG is decoded at reduced size (Image.draft) and still matches its copies as prepare
+    signs them (fully decoded); an evaluation image stored rotated with an EXIF orientation is turned upright, as
+    prepare turns pool images, so the pool's upright copy matches it."""
+    from rsgen.prepare.decontaminate import eval_signature
+    from rsgen.prepare.perceptual import BASE_SIDE, decode_for_hashing
+
+    scene = _demo_image(7, 4)
+    large = _jpeg(scene.resize((scene.width * 8, scene.height * 8), Image.Resampling.BICUBIC))
+    assert BASE_SIDE <= max(decode_for_hashing(large).size) < 2 * BASE_SIDE  # 1/4 of 1344 x 896, in the decoder
+    rotated = scene.transpose(Image.Transpose.ROTATE_90)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 clockwise to show": what a camera writes for the pixels of `rotated`
+    ImageIndex.write(tmp_path / "large", [eval_signature(("bytes", large))])
+    ImageIndex.write(tmp_path / "rotated", [eval_signature(("bytes", _jpeg(rotated, exif=exif)))])
+    for name in ("large", "rotated"):
+        index = ImageIndex.open(tmp_path / name)
+        for copy in (scene, half(scene), jpeg60(scene)):
+            assert index.match(image_signature(copy)) == 0, name
+    with Image.open(io.BytesIO(large)) as full:  # the same file, decoded whole, as prepare decodes pool images
+        assert ImageIndex.open(tmp_path / "large").match(image_signature(full.convert("RGB"))) == 0
 
 
 def test_question_ngrams_find_a_copy_and_ignore_a_shared_phrase():
