@@ -6,9 +6,9 @@
 Part 1 measures the CLIENT ONLY. The server is a stub (rsgen.testing.stub_server, in a process of its own) that
 answers every chat request at once with a fixed completion and never looks at a model: whatever limits the
 requests/s here is the client. Requests are the demo pool's (one ~1 KB PNG as a data URI + the question), 64 in
-flight, one client process. Two clients run side by side on the same requests: rsgen's `OpenAIEngine` (aiohttp on
-an event loop in a thread) and the `openai` SDK's `AsyncOpenAI` (when installed) with the same concurrency. Target
-on the 2-core CPU machine: rsgen's client >= 1,000 requests/s, so that it never limits a vLLM server (~10-50
+flight. Two clients run side by side on the same requests: rsgen's `OpenAIEngine` (aiohttp on an event loop in a
+forked process of its own, fed bodies built in this one) and the `openai` SDK's `AsyncOpenAI` (when installed)
+with the same concurrency. Target on the 2-core CPU machine: rsgen's client >= 1,000 requests/s, so that it never limits a vLLM server (~10-50
 requests/s per GPU for a 7B VLM).
 
 Part 2 (`--real`) runs `transformers serve` on CPU with a tiny zoo LLaVA and sends the same requests with 1 and
@@ -149,7 +149,7 @@ def client_part(num_requests: int, concurrency: int, workdir: Path) -> None:
         stop(stub)
     size = sum(len(r.images[0]) for r in requests) / len(requests)
     print(f"== client only, against a STUB server that answers at once ({num_requests} demo requests, ~{size:,.0f}-byte "
-          f"PNG each as a data URI, {concurrency} in flight, one client process)")
+          f"PNG each as a data URI, {concurrency} in flight)")
     print(f"minimal aiohttp client:       {minimal_rps:8,.0f} requests/s   (the same bodies, built beforehand)")
     print(f"rsgen OpenAIEngine (aiohttp): {rsgen_rps:8,.0f} requests/s   (peak in flight {engine.stats.in_flight_peak}; "
           f"{rsgen_rps / minimal_rps:.0%} of the minimal client, bodies built while it runs)")
@@ -196,12 +196,19 @@ def stage_part(num_images: int, concurrency: int, workdir: Path, repetitions: in
         engine = OpenAIEngine(base_url, STUB_MODEL, max_new_tokens=16)
         bodies = [body for r in stage.requests(stage.keys()) for _, body in engine.bodies(r)]
         minimal, staged = [], []
+        cpu = {"minimal": 0.0, "stage": 0.0, "client": 0.0}  # CPU seconds over every run, per process
         for _ in range(repetitions):  # interleaved pairs: the machine is shared, so each ratio is of one pair
+            before = _cpu_seconds()
             minimal.append(run_minimal_client(base_url, bodies, concurrency))
+            cpu["minimal"] += _cpu_seconds()[0] - before[0]
             shutil.rmtree(workdir / "stage" / "work" / "generate", ignore_errors=True)
+            before = _cpu_seconds()
             start_time = time.perf_counter()
             summary = run_generate(dataclasses.replace(recipe))
             staged.append(summary.done_now / (time.perf_counter() - start_time))
+            after = _cpu_seconds()  # the client process is joined by now: counted among the children
+            cpu["stage"] += after[0] - before[0]
+            cpu["client"] += after[1] - before[1]
     finally:
         stop(stub)
     ratios = [s / m for s, m in zip(staged, minimal)]
@@ -214,6 +221,18 @@ def stage_part(num_images: int, concurrency: int, workdir: Path, repetitions: in
           f"{', '.join(f'{x:,.0f}' for x in staged)}; verified, checkpointed)")
     print(f"stage / minimal client, per pair: {', '.join(f'{r:.0%}' for r in ratios)}; median {ratio:.0%} "
           f"(target >= {STAGE_TARGET:.0%}: {'meets' if ratio >= STAGE_TARGET else 'MISSES'})")
+    per_item = {name: seconds / (len(bodies) * repetitions) * 1e6 for name, seconds in cpu.items()}
+    print(f"CPU per request: minimal client {per_item['minimal']:.0f} us; generate stage {per_item['stage']:.0f} us in "
+          f"its own process + {per_item['client']:.0f} us in its HTTP client process (processes sharing one CPU "
+          "share -- a loaded machine -- go as fast as their sum allows; with a core each, as the slower one)")
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """(CPU seconds of this process, of its children that have ended) so far."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
 def pacing_part(num_requests: int) -> None:

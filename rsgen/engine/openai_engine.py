@@ -28,13 +28,14 @@ How a request travels:
 - Every message of a server is scrubbed of the API key (and of any `Bearer` token) before it is logged, raised or
   stored: a server that echoes the request's headers leaks nothing.
 
-The HTTP client is `aiohttp` on an event loop in a background thread: `bench/bench_server.py` measured it at several
-thousand requests/s per process against a stub that answers at once, an order of magnitude above the `openai`
-SDK's client, so the client is never what limits a server.
+The HTTP client is `aiohttp` on an event loop in a process of its own (`rsgen.engine.client_process`, forked, fed
+request bodies through a pipe), so that it never waits on the stage's work for a GIL: `bench/bench_server.py`
+measured it at several thousand requests/s against a stub that answers at once, an order of magnitude above the
+`openai` SDK's client, so the client is never what limits a server.
 
-Longer than most modules (~880 lines) on purpose: everything above is one path a request takes — body, server,
+Longer than most modules (~800 lines) on purpose: everything above is one path a request takes — body, server,
 pacing, concurrency, retries, the parse of the answer, the scrubbing of the key — and every step reads the same
-`OpenAIEngine` state (its servers, key, counters by cause, the event loop thread). The pure helpers at the top
+`OpenAIEngine` state (its servers, key, counters by cause, the client process). The pure helpers at the top
 (`request_body`, `parse_completion`, `server_message`, `backoff_seconds`) are the seam a split would take; split
 today, the retry and refusal rules would live apart from the request whose fate they decide.
 """
@@ -43,20 +44,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import collections
 import hashlib
 import io
 import itertools
 import json
 import logging
 import os
-import queue
 import random
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +61,7 @@ from PIL import Image
 
 from rsgen.config import RecipeError
 from rsgen.engine.base import ChatRequest, EngineStats, EngineUnavailable, GenerationResult
+from rsgen.engine.client_process import ClientProcess
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +78,9 @@ REFUSALS_BEFORE_ANY_ANSWER = 16
 # Requests that failed every retry one after the other, with no answer between them: the server is gone, not one
 # request bad. Fewer are drops of their own (asked again by the next run).
 FAILED_IN_A_ROW = 8
+# Requests handed to the client process beyond those in flight, as a multiple of the concurrency: ready to start
+# the moment a slot frees, whatever this process is doing then.
+AHEAD = 1
 RETRY_LOG_SECONDS = 60.0  # at most one log line a minute about retries (counts by cause)
 # Servers that take sampling fields beyond the OpenAI schema (and read defaults from the model's
 # generation_config.json unless told otherwise): every request pins these too. Detected from `owned_by` of
@@ -449,7 +450,7 @@ class AdaptiveConcurrency:
         self.limit = start
         self.best = 0.0
         self.flat = 0
-        self.pushed_back = False  # set from the loop's thread on a 429 or a timeout
+        self.pushed_back = False  # set on a 429 or a timeout the client process reports
         self.window_answers = 0
         self.window_start: float | None = None  # the first answer starts the first window
         self.cut_this_window = False
@@ -490,7 +491,7 @@ class AdaptiveConcurrency:
 class RatePacer:
     """`engine_requests_per_minute` / `engine_tokens_per_minute` (hosted APIs): requests leave evenly spaced (never
     a burst the API answers with a storm of 429s), and while the tokens the server reported (`usage`) over the last
-    minute's budget are spent, none leaves. Used on the loop's thread only."""
+    minute's budget are spent, none leaves. Used in the client process only (a copy of the engine's)."""
 
     def __init__(self, requests_per_minute: float | None, tokens_per_minute: float | None):
         self.interval = 60.0 / requests_per_minute if requests_per_minute else 0.0
@@ -605,9 +606,11 @@ class OpenAIEngine:
         return [(k, json.dumps(request_body(messages, self.decoding, k if k is not None else request.key),
                                ensure_ascii=False).encode("utf-8")) for k in keys]
 
-    async def _post(self, session, url: str, body: bytes, sample_key: str | None) -> GenerationResult:
-        """POST one body with retries. Returns the result (`failed` set when every try failed); raises _Refused,
-        or EngineUnavailable on an answer that means no request can succeed (401, 404, ...)."""
+    async def _post(self, session, url: str, body: bytes, sample_key: str | None,
+                    on_retry: Callable[[str], None]) -> GenerationResult:
+        """POST one body with retries (each one's cause handed to `on_retry`). Returns the result (`failed` set
+        when every try failed); raises _Refused, or EngineUnavailable on an answer that means no request can
+        succeed (401, 404, ...)."""
         import aiohttp
 
         endpoint = url + "/chat/completions"
@@ -644,7 +647,7 @@ class OpenAIEngine:
                 problem = _describe(err, self._api_key)
             if attempt == self.max_retries:
                 break
-            self._count_retry(_retry_cause(error, status))
+            on_retry(_retry_cause(error, status))
             await asyncio.sleep(delay if delay is not None else backoff_seconds(attempt))
         if isinstance(error, aiohttp.ClientConnectorError):  # nothing listens any more: the server is gone
             raise EngineUnavailable(
@@ -657,7 +660,8 @@ class OpenAIEngine:
         return scrub(text, self._api_key)
 
     def _count_retry(self, cause: str) -> None:
-        """Count a retry by cause; at most once a minute, log the retries since the last line (event loop thread)."""
+        """Count a retry by cause (reported by the client process); at most once a minute, log the retries since
+        the last line."""
         self.stats.retries += 1
         if self.adaptive is not None and cause in ("429", "timeout"):
             self.adaptive.pushed_back = True
@@ -682,48 +686,52 @@ class OpenAIEngine:
     def generate(self, requests: Iterable[ChatRequest]) -> Iterator[tuple[ChatRequest, GenerationResult]]:
         """Yield `(request, result)` for every response, in completion order, `max_concurrency` in flight.
 
-        Why batches: requests cross to the event loop's thread, and answers back, a batch at a time (one wake-up
-        of the loop per batch, every answer that is ready taken at once), because one hand-over per request cost
-        a third of the stage's throughput in thread switches (bench/bench_server.py). Batches handed over while
-        the loop has not yet taken the last ones join them without waking it again: each wake-up is a write to
-        the loop's socket and the GIL handed back and forth (18% of the calling thread's time in cProfile)."""
-        loop_thread = _LoopThread()
-        done: queue.SimpleQueue = queue.SimpleQueue()  # finished tasks, from the loop's thread
-        tasks: set[asyncio.Task] = set()  # touched on the loop's thread only
-        session = loop_thread.call(self._open_session)
-        handover = _Handover(loop_thread.loop, lambda batch: self._start(loop_thread.loop, session, batch, done, tasks))
+        The HTTP client runs in a process of its own (`rsgen.engine.client_process`: in a thread it shared one GIL
+        with the stage's work on each answer). This side builds the bodies and hands them over a batch at a time
+        (one pipe write), when at least an eighth of the slots are free, keeping as many again waiting in the
+        client (AHEAD): the client starts the next request the moment one ends, as a single-process client does,
+        not when this side has taken the answer. Answers come back as many as are ready at once, with the
+        retries the client counted."""
+        client = ClientProcess(self._open_session, self._call)
+        pending: dict[int, ChatRequest] = {}
+        ids = itertools.count()
         refill_at = max(1, (self.adaptive.START if self.adaptive else self.max_concurrency) // 8)  # a hand-over's worth
         work = self._work(requests)
         exhausted = False
-        in_flight = 0
+        sent_limit = 0
         start = last = time.perf_counter()
 
         def refill(force: bool = False) -> None:
-            """Hand the loop as many new requests as there are free slots, when enough are free."""
-            nonlocal in_flight, exhausted
-            free = (self.adaptive.limit if self.adaptive is not None else self.max_concurrency) - in_flight
-            if exhausted or free <= 0 or not (force or free >= refill_at):
-                return
-            batch = list(itertools.islice(work, free))
-            exhausted = len(batch) < free
-            if batch:
-                handover.put(batch)
-                in_flight += len(batch)
-                self.stats.in_flight_peak = max(self.stats.in_flight_peak, in_flight)
+            """Hand the client as many new requests as fit its window, when enough do (and a new limit)."""
+            nonlocal exhausted, sent_limit
+            limit = self.adaptive.limit if self.adaptive is not None else self.max_concurrency
+            free = limit * (1 + AHEAD) - len(pending)
+            jobs = []
+            if not exhausted and free > 0 and (force or free >= refill_at):
+                for server, body, request, sample_key in itertools.islice(work, free):
+                    job_id = next(ids)
+                    pending[job_id] = request
+                    jobs.append((job_id, (server, body, sample_key)))
+                exhausted = len(jobs) < free
+            if jobs or limit != sent_limit:
+                client.send(limit, jobs)
+                sent_limit = limit
 
         try:
             while True:
-                refill(force=in_flight == 0)
-                if in_flight == 0:
+                refill(force=not pending)
+                if not pending:
                     break
-                last = self._account(in_flight, last)
-                for task in self._ready(done):
-                    in_flight -= 1
-                    yield self._take(task)
+                last = self._account(client.running, last)  # running as the client last said
+                results, retries = client.receive()
+                self.stats.in_flight_peak = max(self.stats.in_flight_peak, client.peak)
+                for cause in retries:
+                    self._count_retry(cause)
+                for job_id, result in results:
+                    yield self._take(pending.pop(job_id), result)
                     refill()  # the server is fed while the stage works through the answers already back
         finally:
-            loop_thread.call(self._close, session, tasks)
-            loop_thread.stop()
+            client.close()
             self.stats.generate_seconds += time.perf_counter() - start
             self._log_retries(time.monotonic())
             if self.stats.no_content:
@@ -736,45 +744,15 @@ class OpenAIEngine:
             for sample_key, body in self.bodies(request):
                 yield server, body, request, sample_key
 
-    def _start(self, loop, session, batch, done: queue.SimpleQueue, tasks: set) -> None:
-        """On the loop's thread: a task per request of the batch; each, once finished, goes to `done`."""
-        def finished(task):
-            tasks.discard(task)
-            done.put(task)
-
-        for server, body, request, sample_key in batch:
-            task = loop.create_task(self._call(session, server, body, request, sample_key))
-            tasks.add(task)
-            task.add_done_callback(finished)
-
-    async def _close(self, session, tasks: set) -> None:
-        for task in list(tasks):
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await session.close()
-
-    @staticmethod
-    def _ready(done: queue.SimpleQueue) -> list:
-        """The finished tasks: waits for one, then takes every other one already there."""
-        while True:
-            try:  # a timeout, so that SIGTERM/SIGINT handlers run in the main thread while it waits
-                ready = [done.get(timeout=0.2)]
-                break
-            except queue.Empty:
-                continue
-        while True:
-            try:
-                ready.append(done.get_nowait())
-            except queue.Empty:
-                return ready
-
     def _account(self, in_flight: int, since: float) -> float:
         now = time.perf_counter()
         self.in_flight_seconds += in_flight * (now - since)
         return now
 
-    def _take(self, task) -> tuple[ChatRequest, GenerationResult]:
-        request, result = task.result()  # EngineUnavailable propagates: the stage ends, its records are kept
+    def _take(self, request: ChatRequest, result: GenerationResult | BaseException
+              ) -> tuple[ChatRequest, GenerationResult]:
+        if isinstance(result, BaseException):  # EngineUnavailable: the stage ends, its records are kept
+            raise result
         self.stats.requests += 1
         self.stats.prompt_tokens += result.prompt_tokens
         self.stats.padded_prompt_tokens += result.prompt_tokens
@@ -815,65 +793,11 @@ class OpenAIEngine:
         return aiohttp.ClientSession(connector=connector, headers=_headers(self._api_key),
                                      timeout=aiohttp.ClientTimeout(total=self.timeout_seconds))
 
-    async def _call(self, session, server: str, body: bytes, request: ChatRequest, sample_key: str | None):
+    async def _call(self, session, job: tuple[str, bytes, str | None], on_retry: Callable[[str], None]
+                    ) -> GenerationResult:
+        """In the client process: one request, with its retries (each cause handed to `on_retry`)."""
+        server, body, sample_key = job
         try:
-            result = await self._post(session, server, body, sample_key)
+            return await self._post(session, server, body, sample_key, on_retry)
         except _Refused as refused:
-            result = GenerationResult("", 0, 0, hit_limit=False, sample_key=sample_key, refused=refused.message)
-        return request, result
-
-
-class _Handover:
-    """Batches of requests for the loop's thread: put by the calling thread, started by the loop. The loop is woken
-    only when no wake-up is pending already; a batch put before the pending one runs is started by it."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, start: Callable[[list], None]):
-        self.loop = loop
-        self.start = start
-        self.batches: collections.deque[list] = collections.deque()
-        self.wake_pending = False
-
-    def put(self, batch: list) -> None:
-        """Calling thread."""
-        self.batches.append(batch)
-        if not self.wake_pending:
-            self.wake_pending = True
-            self.loop.call_soon_threadsafe(self._start_all)
-
-    def _start_all(self) -> None:
-        """Loop's thread. The flag is cleared before taking the batches, so a batch put meanwhile is either taken
-        here or wakes the loop again; never left behind."""
-        self.wake_pending = False
-        while self.batches:
-            self.start(self.batches.popleft())
-
-
-class _LoopThread:
-    """An asyncio event loop running in a daemon thread; coroutines are handed to it from the calling thread."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="rsgen-http", daemon=True)
-        self.thread.start()
-
-    def submit(self, coroutine) -> Future:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
-
-    def call(self, function, *args):
-        """Run `function(*args)` (a coroutine function) on the loop and wait for its result."""
-        return self.submit(function(*args)).result()
-
-    def stop(self) -> None:
-        async def cancel_all():
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        try:
-            self.submit(cancel_all()).result(timeout=10)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(timeout=10)
-            if not self.thread.is_alive():
-                self.loop.close()
+            return GenerationResult("", 0, 0, hit_limit=False, sample_key=sample_key, refused=refused.message)

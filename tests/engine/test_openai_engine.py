@@ -255,33 +255,3 @@ def test_engine_keys_are_checked_when_the_recipe_loads():
     assert recipe.engine_base_url == ["http://h:1/v1"]  # one URL or a list
     judge = engine_spec(recipe, "judge")
     assert judge.base_urls == ("http://h:1/v1",) and judge.served_model == "m"  # the judge's URL defaults to it
-
-
-def test_handover_starts_every_batch_once_with_fewer_wakeups_than_batches():
-    """Batches put from another thread while the loop runs (and while a wake-up is pending) are each started once,
-    in order; the loop is woken fewer times than there are batches when it is slower than the putter."""
-    loop_thread = oe._LoopThread()
-    started: list[int] = []
-    wakeups = []
-    try:
-        def start(batch):
-            time.sleep(0.001)  # a busy loop: puts pile up behind the pending wake-up
-            started.extend(batch)
-
-        handover = oe._Handover(loop_thread.loop, start)
-        original = handover._start_all
-
-        def counted():
-            wakeups.append(1)
-            original()
-
-        handover._start_all = counted
-        for i in range(200):
-            handover.put([i])
-        deadline = time.monotonic() + 10
-        while len(started) < 200 and time.monotonic() < deadline:
-            time.sleep(0.01)
-    finally:
-        loop_thread.stop()
-    assert started == list(range(200))
-    assert 1 <= len(wakeups) < 200
