@@ -175,13 +175,16 @@ def test_the_server_killed_mid_run_is_one_line_and_a_fresh_server_finishes_the_s
     proc = rsgen("run", "--config", str(recipe))
     work = tmp / "server-killed" / "work" / "generate"
     deadline = time.monotonic() + 600
-    while len(list(work.glob("*.jsonl"))) < 2:
+    while not list(work.glob("*.jsonl")):
         assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
+        time.sleep(0.02)
     server.kill()
-    out = finish(proc, 1)
+    # vLLM answers the 60 requests in about a second: the kill lands mid-generate (exit 1, "rerun the same
+    # command"), or after generate, where the judge's check of its server finds nobody (exit 2, "start the server").
+    out, _ = proc.communicate(timeout=600)
+    hint = {1: "rerun the same command", 2: "start the server"}.get(proc.returncode)
     errors = [line for line in out.splitlines() if line.startswith("rsgen: error:")]
-    assert len(errors) == 1 and server.base_url in errors[0] and "rerun the same command" in errors[0], out[-3000:]
+    assert hint and len(errors) == 1 and server.base_url in errors[0] and hint in errors[0], out[-3000:]
     assert "Traceback" not in out
     server.start()  # a fresh server on the same port
     finish(rsgen("run", "--config", str(recipe)))
