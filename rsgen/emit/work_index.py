@@ -38,7 +38,6 @@ from rsgen.records import (
 from rsgen.routing import needs_judging
 from rsgen.store import CheckpointStore
 
-INDEX_FILE = "emit-index.sqlite"
 QUERY_IDS = 500  # QA ids per `IN (...)` query: under SQLite's smallest limit on host parameters (999)
 CACHE_KIB = 32 * 1024  # SQLite's page cache, bounded whatever the pool
 _DECISION_FIELDS = ("extracted", "match", "reason", "verifier")  # what GenerateRecord.decided takes from verify
@@ -88,7 +87,7 @@ class IndexedWork(WorkRecords):
     def build(cls, recipe: RecipeConfig) -> IndexedWork:
         layout = OutputLayout(recipe.output_dir)
         verify_folder = decisions_folder(recipe)
-        path = layout.work / INDEX_FILE
+        path = layout.emit_index
         path.unlink(missing_ok=True)  # a killed emit's
         db = sqlite3.connect(path)
         # Scratch: nothing to recover after a crash, so no journal and no fsync.

@@ -12,7 +12,7 @@ from emit_helpers import scripted_recipe, write_scripted_run
 from rsgen.config import RecipeError
 from rsgen.emit.splits import with_blind, with_explore
 from rsgen.emit.stage import load_work, run_emit
-from rsgen.emit.work_index import INDEX_FILE, IndexedWork
+from rsgen.emit.work_index import IndexedWork
 from rsgen.layout import OutputLayout
 from rsgen.records import RecordError
 from rsgen.schema import iter_questions, open_prepared
@@ -52,7 +52,7 @@ def test_the_index_routes_every_pair_as_the_records_in_memory_do(tmp_path, batch
     qas = {q.id: {"id": q.id, "question": q.question, "answers": list(q.answers), "options": list(q.options)}
            for q in iter_questions(open_prepared(tmp_path))}
     with IndexedWork.build(recipe) as indexed:
-        assert (tmp_path / "work" / INDEX_FILE).is_file()
+        assert OutputLayout(tmp_path).emit_index.is_file()
         for start in range(0, len(ids), batch):
             chunk = ids[start:start + batch]
             view = indexed.batch(chunk)
@@ -73,14 +73,14 @@ def test_the_index_routes_every_pair_as_the_records_in_memory_do(tmp_path, batch
         indexed.note_prepared(ids[:-2])
         held.note_prepared(ids[:-2])
         assert indexed.outside_pool() == held.outside_pool() == 2
-    assert not (tmp_path / "work" / INDEX_FILE).exists()
+    assert not OutputLayout(tmp_path).emit_index.exists()
 
 
 def test_emit_leaves_no_index_behind_and_replaces_a_killed_emits(tmp_path):
     write_scripted_run(tmp_path)
-    (tmp_path / "work" / INDEX_FILE).write_text("what a killed emit left")
+    OutputLayout(tmp_path).emit_index.write_text("what a killed emit left")
     run_emit(scripted_recipe(tmp_path))
-    assert not (tmp_path / "work" / INDEX_FILE).exists()
+    assert not OutputLayout(tmp_path).emit_index.exists()
     assert (tmp_path / "dataset" / "README.md").is_file()
 
 
@@ -100,7 +100,7 @@ def test_a_later_copy_of_a_key_is_not_checked_and_a_first_one_is(tmp_path):
     with pytest.raises(RecordError, match=r"generate/.*line 1: GenerateRecord 'new-0' has a field "
                                           r"'field_from_the_future'"):
         IndexedWork.build(recipe)
-    assert not (tmp_path / "work" / INDEX_FILE).exists()
+    assert not OutputLayout(tmp_path).emit_index.exists()
 
 
 def test_a_response_without_a_decision_is_refused_by_name(tmp_path):
