@@ -14,8 +14,9 @@ The pool is the demo pool (about 4 QA pairs per image), drawn untimed into `--po
 ~/.cache/rsgen-bench) by two processes and reused by later runs. Printed per size and stage: seconds, QA pairs per
 second, peak RSS of the stage's process (ru_maxrss from wait4, prepare's worker processes not included), files
 under work/ after the stage; then the growth of each stage's time between consecutive sizes divided by the growth
-of the work (1.00 = linear). Goals (issue #35): 1M QA pairs end to end in <= 60 min, peak RSS <= 4 GB, every
-stage within 1.3x of linear from 100k to 1M. Numbers of stages that take under a few seconds at the smaller size
+of the work (1.00 = linear), and of each stage's peak RSS. Goals (issue #35): 1M QA pairs end to end in <= 60 min,
+peak RSS <= 4 GB, every stage within 1.3x of linear from 100k to 1M, emit's peak RSS flat (within 1.3x) from 100k
+to 1M. Numbers of stages that take under a few seconds at the smaller size
 are mostly process start-up; the ratio is printed for them too.
 """
 
@@ -37,6 +38,8 @@ STAGES = ("prepare", "generate", "verify", "judge", "blind", "emit")
 GOAL_SECONDS_1M = 3600
 GOAL_RSS_MB = 4096
 GOAL_GROWTH = 1.3
+FLAT_RSS_STAGES = ("emit",)  # stages whose memory must not grow with the pool (issue #35 point 6)
+GOAL_RSS_GROWTH = 1.3  # their peak RSS from 100k to 1M pairs: within this of the smaller size's
 
 
 def draw_pool(pool_dir: Path, images: int) -> list[Path]:
@@ -149,12 +152,17 @@ def print_table(results: list[dict]) -> None:
     for small, big in zip(results, results[1:]):
         work = big["qa_pairs"] / small["qa_pairs"]
         print(f"\ngrowth {small['qa_pairs']:,} -> {big['qa_pairs']:,} QA pairs (x{work:.1f} the work): "
-              "time ratio / work ratio (1.00 = linear)")
+              "time ratio / work ratio (1.00 = linear); peak RSS ratio (1.00 = flat)")
         for a, b in zip(small["stages"], big["stages"]):
             growth = b["seconds"] / a["seconds"] / work
-            print(f"  {a['stage']:>9}: {growth:.2f}   files under work/ {a['work_files']:,} -> {b['work_files']:,}")
+            rss = b["peak_rss_mb"] / a["peak_rss_mb"]
+            print(f"  {a['stage']:>9}: {growth:.2f}   files under work/ {a['work_files']:,} -> {b['work_files']:,}   "
+                  f"peak RSS {a['peak_rss_mb']:,.0f} -> {b['peak_rss_mb']:,.0f} MB (x{rss:.2f})")
             if small["qa_pairs_asked"] >= 100_000:  # below, process start-up is a large share of a stage
                 verdicts.append((f"{a['stage']} growth <= {GOAL_GROWTH}x linear", growth <= GOAL_GROWTH))
+                if a["stage"] in FLAT_RSS_STAGES:
+                    verdicts.append((f"{a['stage']} peak RSS flat (<= {GOAL_RSS_GROWTH}x from {small['qa_pairs']:,} "
+                                     f"to {big['qa_pairs']:,})", rss <= GOAL_RSS_GROWTH))
     for r in results:
         peak = max(s["peak_rss_mb"] for s in r["stages"])
         total = sum(s["seconds"] for s in r["stages"])

@@ -71,10 +71,10 @@ def describe(settings: dict[str, Any], keys: tuple[str, ...] | None = None) -> s
     return ", ".join(f"{key} {settings.get(key)!r}" for key in (keys or verify_keys()))
 
 
-def decided_records(recipe: RecipeConfig) -> dict[str, GenerateRecord]:
-    """The generate records (key -> record), each with the decision verify made under the recipe's settings."""
-    layout = OutputLayout(recipe.output_dir)
-    folder = layout.verify_work
+def decisions_folder(recipe: RecipeConfig) -> Path:
+    """work/verify/, checked to hold finished decisions made under the recipe's settings (else a RecipeError that
+    says to run `rsgen verify`)."""
+    folder = OutputLayout(recipe.output_dir).verify_work
     stored = stored_settings(folder)
     wanted = verify_settings(recipe)
     if not same_settings(stored, wanted) or not stored.get("complete"):
@@ -83,13 +83,23 @@ def decided_records(recipe: RecipeConfig) -> dict[str, GenerateRecord]:
         raise RecipeError(f"{str(folder)!r} holds {held}; this recipe has {describe(wanted)}: run `rsgen verify "
                           "--config RECIPE` (or `rsgen run`), which decides the stored responses again without the "
                           "model")
+    return folder
+
+
+def undecided_error(key: str, folder: Path) -> RecipeError:
+    return RecipeError(f"generate response {key!r} has no decision in {str(folder)!r} (generate ran again after "
+                       "verify?): run `rsgen verify --config RECIPE` (or `rsgen run`)")
+
+
+def decided_records(recipe: RecipeConfig) -> dict[str, GenerateRecord]:
+    """The generate records (key -> record), each with the decision verify made under the recipe's settings."""
+    folder = decisions_folder(recipe)
     decisions = records_by_key(CheckpointStore(folder), VerifyRecord)
     out = {}
     # The generate records are read one by one, not as a dict first: the decided copy is all that is kept.
-    for rec in read_records(CheckpointStore(layout.generate_work), GenerateRecord):
+    for rec in read_records(CheckpointStore(OutputLayout(recipe.output_dir).generate_work), GenerateRecord):
         decision = decisions.get(rec.key)
         if decision is None:
-            raise RecipeError(f"generate response {rec.key!r} has no decision in {str(folder)!r} (generate ran "
-                              "again after verify?): run `rsgen verify --config RECIPE` (or `rsgen run`)")
+            raise undecided_error(rec.key, folder)
         out[rec.key] = rec.decided(decision)
     return out

@@ -63,6 +63,11 @@ class OutputLayout:
         return self.work / "blind"
 
     @property
+    def emit_index(self) -> Path:
+        """Emit's scratch index of the work (rsgen.emit.work_index): built by every emit, removed when it ends."""
+        return self.work / "emit-index.sqlite"
+
+    @property
     def judge_work(self) -> Path:
         """CheckpointStore parts of the judge stage (one record per judged QA id)."""
         return self.work / "judge"

@@ -159,6 +159,24 @@ class WorkRecords:
         """Whether any sample is one the judge must grade (verifier rejection with an extractable answer)."""
         return any(needs_judging(rec) for recs in self.samples.values() for rec in recs)
 
+    def has_judge_records(self) -> bool:
+        return bool(self.judge or self.calibration or self.known_wrong)
+
+    # Emit reads the work a batch of prepared rows at a time: held in memory (here) the batch is all of it; emit's
+    # on-disk index (rsgen.emit.work_index.IndexedWork) reads only the batch's records, so that emit's memory does not
+    # grow with the pool.
+    def batch(self, qa_ids: list[str]) -> WorkRecords:
+        """The work routing needs for these QA ids (and any other)."""
+        return self
+
+    def note_prepared(self, qa_ids: Iterable[str]) -> None:
+        """Record QA ids of the prepared pool (every one, once a pass), for `outside_pool`."""
+        self.__dict__.setdefault("_prepared_ids", set()).update(qa_ids)
+
+    def outside_pool(self) -> int:
+        """How many QA ids have generate records but are not in the prepared pool (`note_prepared`)."""
+        return len(set(self.samples) - self.__dict__.get("_prepared_ids", set()))
+
 
 def route_pair(qa: dict[str, Any], work: WorkRecords) -> PairOutcome:
     qa_id = qa["id"]

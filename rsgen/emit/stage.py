@@ -1,8 +1,10 @@
 """The emit stage: prepared pool + generate/judge work -> OUTPUT_DIR/dataset/, stats.json, the card, a push.
 
 Two passes over the prepared pool. The first routes every QA pair and counts what each config will hold (rows,
-QA pairs, bytes). The second writes each family's configs (the three splits and the recipe's `views`), one
-family at a time (one open writer per config kind, whatever the number of families).
+QA pairs, bytes). The second routes each family's pairs again and writes its configs (the three splits and the
+recipe's `views`), one family at a time (one open writer per config kind, whatever the number of families).
+The work is read from an on-disk index a batch of prepared rows at a time (`rsgen.emit.work_index`), and nothing is
+kept per QA pair between the passes (only each family's row positions), so memory does not grow with the pool.
 Images pass through as stored (their bytes and sha256 are checked, never re-encoded). The dataset is built in
 `dataset.partial/` and swapped in at the end, so `dataset/` is always a complete emit.
 """
@@ -14,7 +16,8 @@ import json
 import logging
 import re
 import shutil
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +56,7 @@ from rsgen.emit.stats import (
     written_kinds,
 )
 from rsgen.emit.trl_views import VIEWS
+from rsgen.emit.work_index import IndexedWork
 from rsgen.layout import OutputLayout
 from rsgen.records import BlindRecord, records_by_key
 from rsgen.routing import gate_lines
@@ -123,86 +127,107 @@ class FamilyPlan:
     prefix: str
     tally: FamilyRouting = field(default_factory=FamilyRouting)
     plans: dict[str, SplitPlan] = field(default_factory=dict)
-    row_indices: list[int] = field(default_factory=list)  # positions in the prepared pool
-    outcomes: list[list[PairOutcome]] = field(default_factory=list)  # per row, per QA pair
+    row_indices: array = field(default_factory=lambda: array("q"))  # positions in the prepared pool (8 bytes each)
+    rounds: bool = False  # some outcome has a round (`rsgen iterate`): the splits' clean_meta has qa_rounds
+    blind: bool = False  # some outcome has a blind check: the accepted splits' clean_meta has qa_blind_solvable
 
 
-def _prepared_batches(tables: Iterable[pa.Table]):
-    """(row position, image bytes or None, image byte length, row dict without the image) per prepared row."""
+def _prepared_tables(tables: Iterable[pa.Table]) -> Iterator[tuple[range, pa.Array, list, list[dict]]]:
+    """Per table of prepared rows: (the rows' positions in the tables read, image bytes (or None) per row, image
+    byte length per row, row dicts without the image)."""
     position = 0
     for table in tables:
         image_bytes = table.column("image").combine_chunks().field("bytes")
         lengths = pc.binary_length(image_bytes).to_pylist()
         rest = table.drop_columns(["image"]).to_pylist()
-        for i, row in enumerate(rest):
-            yield position, image_bytes, i, lengths[i], row
-            position += 1
+        yield range(position, position + len(rest)), image_bytes, lengths, rest
+        position += len(rest)
 
 
-def plan_families(prepared: PreparedPool, work: WorkRecords, recipe: RecipeConfig) -> tuple[dict[str, FamilyPlan], set[str]]:
+def _outcomes(row: dict[str, Any], view: WorkRecords) -> list[PairOutcome]:
+    """Where each QA pair of a prepared row goes; `view`: the work of its batch of rows (`WorkRecords.batch`)."""
+    return [with_blind(with_explore(view.outcome(qa), qa, view), view) for qa in row["qa"]]
+
+
+def _batch_ids(rows: list[dict[str, Any]]) -> list[str]:
+    return [qa["id"] for row in rows for qa in row["qa"]]
+
+
+def plan_families(prepared: PreparedPool, work: WorkRecords, recipe: RecipeConfig) -> dict[str, FamilyPlan]:
     """Pass 1: route every QA pair and size every config."""
     families: dict[str, FamilyPlan] = {}
-    seen_ids: set[str] = set()
     kinds = written_kinds(recipe.views, explore=recipe.explore_samples > 0)
-    for position, _images, _i, nbytes, row in _prepared_batches(prepared.batches(batch_size=BATCH_ROWS)):
-        family = row["family"]
-        if nbytes is None:
-            raise EmitError(f"prepared row {position} (family {family!r}) has no embedded image bytes; "
-                            "re-run `rsgen prepare`")
-        plan = families.get(family)
-        if plan is None:
-            plan = families[family] = FamilyPlan(family, config_prefix(family))
-            plan.plans = {kind: SplitPlan(config_name(plan.prefix, kind)) for kind in kinds}
-        qas = row["qa"]
-        outcomes = [with_blind(with_explore(work.outcome(qa), qa, work), work) for qa in qas]
-        seen_ids.update(qa["id"] for qa in qas)
-        tally_row(plan.tally, qas, outcomes, row["clean_meta"]["steps"] or [], work)
-        plan.row_indices.append(position)
-        plan.outcomes.append(outcomes)
-        meta = emitted_clean_meta(row["clean_meta"], recipe.model_name_or_path, recipe.verifier_for(family))
-        placeholder = {"bytes": b"", "path": None}
-        rows, skipped = rows_for_image(placeholder, row["image_sha256"], qas, outcomes, meta, recipe, kinds)
-        for kind, kind_rows in rows.items():
-            split = plan.plans[kind]
-            split.rows += len(kind_rows)
-            split.qa_pairs += sum(len(r["qa"]) for r in kind_rows) if kind in RS_KINDS else len(kind_rows)
-        for kind, counts in skipped.items():
-            for why, n in counts.items():
-                plan.plans[kind].skipped[why] = plan.plans[kind].skipped.get(why, 0) + n
+    for positions, _images, lengths, rows in _prepared_tables(prepared.batches(batch_size=BATCH_ROWS)):
+        ids = _batch_ids(rows)
+        work.note_prepared(ids)
+        view = work.batch(ids)  # the work of these rows, read once for all of them
+        for position, nbytes, row in zip(positions, lengths, rows):
+            if nbytes is None:
+                raise EmitError(f"prepared row {position} (family {row['family']!r}) has no embedded image bytes; "
+                                "re-run `rsgen prepare`")
+            _plan_row(families, kinds, position, row, _outcomes(row, view), view, recipe)
     prefixes: dict[str, str] = {}
     for plan in families.values():
         if plan.prefix in prefixes:
             raise EmitError(f"families {prefixes[plan.prefix]!r} and {plan.family!r} map to the same config name "
                             f"prefix {plan.prefix!r}; rename one of them in the recipe")
         prefixes[plan.prefix] = plan.family
-    return families, seen_ids
+    return families
 
 
-def write_family(prepared: PreparedPool, plan: FamilyPlan, recipe: RecipeConfig, dataset_dir: Path) -> None:
-    """Pass 2: write the configs of one family."""
-    rounds = any(o.round is not None for outcomes in plan.outcomes for o in outcomes)
-    blind = any(o.blind_solvable is not None for outcomes in plan.outcomes for o in outcomes)
+def _plan_row(families: dict[str, FamilyPlan], kinds: tuple[str, ...], position: int, row: dict[str, Any],
+              outcomes: list[PairOutcome], work: WorkRecords, recipe: RecipeConfig) -> None:
+    """Tally one prepared row's routing and count the rows it adds to each config."""
+    family = row["family"]
+    plan = families.get(family)
+    if plan is None:
+        plan = families[family] = FamilyPlan(family, config_prefix(family))
+        plan.plans = {kind: SplitPlan(config_name(plan.prefix, kind)) for kind in kinds}
+    qas = row["qa"]
+    tally_row(plan.tally, qas, outcomes, row["clean_meta"]["steps"] or [], work)
+    plan.row_indices.append(position)
+    plan.rounds = plan.rounds or any(o.round is not None for o in outcomes)
+    plan.blind = plan.blind or any(o.blind_solvable is not None for o in outcomes)
+    meta = emitted_clean_meta(row["clean_meta"], recipe.model_name_or_path, recipe.verifier_for(family))
+    placeholder = {"bytes": b"", "path": None}
+    rows, skipped = rows_for_image(placeholder, row["image_sha256"], qas, outcomes, meta, recipe, kinds)
+    for kind, kind_rows in rows.items():
+        split = plan.plans[kind]
+        split.rows += len(kind_rows)
+        split.qa_pairs += sum(len(r["qa"]) for r in kind_rows) if kind in RS_KINDS else len(kind_rows)
+    for kind, counts in skipped.items():
+        for why, n in counts.items():
+            plan.plans[kind].skipped[why] = plan.plans[kind].skipped.get(why, 0) + n
+
+
+def write_family(prepared: PreparedPool, plan: FamilyPlan, work: WorkRecords, recipe: RecipeConfig,
+                 dataset_dir: Path) -> None:
+    """Pass 2: route the family's QA pairs again (as pass 1 did: the same work, the same rules) and write its
+    configs."""
     # An empty config is not written: `datasets` cannot load a split without rows.
     writers = {
-        kind: ParquetShardWriter(dataset_dir / "data" / split.config, config_features(kind, rounds, blind), SPLIT,
+        kind: ParquetShardWriter(dataset_dir / "data" / split.config,
+                                 config_features(kind, plan.rounds, plan.blind), SPLIT,
                                  max_shard_bytes=recipe.shard_size_mb * MB)
         for kind, split in plan.plans.items()
         if split.rows
     }
     verifier = recipe.verifier_for(plan.family)
     subset = prepared.take(plan.row_indices)
-    for n, (_position, images, i, _nbytes, row) in enumerate(_prepared_batches(subset)):
-        data = images[i].as_py()
-        sha = row["image_sha256"]
-        if hashlib.sha256(data).hexdigest() != sha:
-            raise EmitError(f"prepared image of family {plan.family!r} (row {plan.row_indices[n]}) does not match "
-                            f"its image_sha256 {sha}; the prepared pool is damaged, re-run `rsgen prepare`")
-        image = {"bytes": data, "path": None}
-        meta = emitted_clean_meta(row["clean_meta"], recipe.model_name_or_path, verifier)
-        rows, _ = rows_for_image(image, sha, row["qa"], plan.outcomes[n], meta, recipe, tuple(plan.plans))
-        for kind, kind_rows in rows.items():
-            for r in kind_rows:
-                writers[kind].add(r)
+    for n, images, _lengths, rows in _prepared_tables(subset):
+        view = work.batch(_batch_ids(rows))
+        for i, row in enumerate(rows):
+            data = images[i].as_py()
+            sha = row["image_sha256"]
+            if hashlib.sha256(data).hexdigest() != sha:
+                raise EmitError(f"prepared image of family {plan.family!r} (row {plan.row_indices[n[i]]}) does not "
+                                f"match its image_sha256 {sha}; the prepared pool is damaged, re-run `rsgen prepare`")
+            image = {"bytes": data, "path": None}
+            meta = emitted_clean_meta(row["clean_meta"], recipe.model_name_or_path, verifier)
+            out, _ = rows_for_image(image, sha, row["qa"], _outcomes(row, view), meta, recipe, tuple(plan.plans))
+            for kind, kind_rows in out.items():
+                for r in kind_rows:
+                    writers[kind].add(r)
     for kind, writer in writers.items():
         paths = writer.close()
         split = plan.plans[kind]
@@ -252,22 +277,11 @@ def run_emit(recipe: RecipeConfig, state=None, *, work: WorkRecords | None = Non
     check_template(recipe.card_template)
     layout = OutputLayout(recipe.output_dir)
     prepared = open_prepared(recipe.output_dir)
-    work = work if work is not None else load_work(recipe)
-    if recipe.judge and work.judge_needed() and not (work.judge or work.calibration or work.known_wrong):
-        raise EmitError("judge: true but there are no judge records in "
-                        f"{str(layout.judge_work)!r}; run `rsgen judge` (or `rsgen run`) first, or set judge: false")
-    families, seen_ids = plan_families(prepared, work, recipe)
-    outside = len(set(work.samples) - seen_ids)
-    if outside:
-        _log(f"{outside} QA ids in the generate work are not in the prepared pool; they are not emitted")
-
-    partial = layout.dataset_partial
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    for family in sorted(families):
-        plan = families[family]
-        write_family(prepared, plan, recipe, partial)
-        _log(f"{family}: {plan.tally.accepted_qa} accepted / {plan.tally.rejected_qa} rejected QA pairs written")
+    if work is not None:
+        families, outside = _write_dataset(recipe, prepared, work)
+    else:
+        with IndexedWork.build(recipe) as indexed:
+            families, outside = _write_dataset(recipe, prepared, indexed)
     report = _read_json(layout.prepare_report)
     stats_families = {
         plan.family: family_stats(plan.family, plan.tally, plan.plans, recipe.verifier_for(plan.family), recipe.judge,
@@ -280,9 +294,12 @@ def run_emit(recipe: RecipeConfig, state=None, *, work: WorkRecords | None = Non
     for level, line in gate_lines(gate, recipe.judge_min_specificity, recipe.judge_min_recall):
         logger.log(level, line)
     stats = {**build_stats(recipe, stats_families, _read_json(layout.run_json), report, outside), **(extra_stats or {})}
-    if work.blind is None:  # work without blind records (`rsgen iterate` merges them only when the rounds have them)
+    # work without blind records (`rsgen iterate` merges them only when the rounds have them; IndexedWork: none
+    # exactly when the recipe has blind_check: off)
+    if (work.blind is None) if work is not None else recipe.blind_check == "off":
         stats["blind_check"] = "off"
 
+    partial = layout.dataset_partial
     write_card(stats, partial)
     write_run_files(recipe, stats, partial)
     swap_dir_into_place(partial, layout.dataset)
@@ -301,6 +318,28 @@ def run_emit(recipe: RecipeConfig, state=None, *, work: WorkRecords | None = Non
         url = push_dataset(recipe)
         _log(f"pushed to {url}")
     return layout.dataset
+
+
+def _write_dataset(recipe: RecipeConfig, prepared: PreparedPool, work: WorkRecords) -> tuple[dict[str, FamilyPlan], int]:
+    """Route and write every family's configs into dataset.partial/; returns the families' plans and how many QA ids
+    of the work are not in the prepared pool."""
+    layout = OutputLayout(recipe.output_dir)
+    if recipe.judge and not work.has_judge_records() and work.judge_needed():
+        raise EmitError("judge: true but there are no judge records in "
+                        f"{str(layout.judge_work)!r}; run `rsgen judge` (or `rsgen run`) first, or set judge: false")
+    families = plan_families(prepared, work, recipe)
+    outside = work.outside_pool()
+    if outside:
+        _log(f"{outside} QA ids in the generate work are not in the prepared pool; they are not emitted")
+
+    partial = layout.dataset_partial
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for family in sorted(families):
+        plan = families[family]
+        write_family(prepared, plan, work, recipe, partial)
+        _log(f"{family}: {plan.tally.accepted_qa} accepted / {plan.tally.rejected_qa} rejected QA pairs written")
+    return families, outside
 
 
 def write_run_files(recipe: RecipeConfig, stats: dict[str, Any], dataset_dir: Path) -> None:

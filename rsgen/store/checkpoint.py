@@ -65,6 +65,12 @@ class CheckpointStore:
                 seen.add(rec["key"])
                 yield f"{name} line {number}", rec
 
+    def part_lines(self) -> Iterator[tuple[Path, list[str]]]:
+        """(part, its lines) of every undamaged part, each read once, in part order, a key written twice not
+        removed: for a reader that keeps the first record of a key by itself (emit's on-disk index), without the
+        set of every key that `iter_located` holds while it reads."""
+        return self._scan()
+
     def records(self) -> dict[str, dict[str, Any]]:
         return {rec["key"]: rec for rec in self.iter_records()}
 
