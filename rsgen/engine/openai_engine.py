@@ -703,6 +703,8 @@ class OpenAIEngine:
         client (AHEAD): the client starts the next request the moment one ends, as a single-process client does,
         not when this side has taken the answer. Answers come back as many as are ready at once, with the
         retries the client counted."""
+        import aiohttp  # noqa: F401  (imported before the fork, never in the child: rsgen.engine.client_process)
+
         client = ClientProcess(self._open_session, self._call)
         pending: dict[int, ChatRequest] = {}
         ids = itertools.count()
