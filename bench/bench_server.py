@@ -324,12 +324,14 @@ def main() -> None:
     parser.add_argument("--pacing", action="store_true", help="also measure engine_max_concurrency: auto and "
                         "engine_requests_per_minute against a fixed-capacity and a rate-limited stub")
     parser.add_argument("--pacing-requests", type=int, default=3000)
+    parser.add_argument("--pacing-only", action="store_true", help="only the --pacing part")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rsgen-bench-server-") as tmp:
-        if not args.stage_only:
+        if not (args.stage_only or args.pacing_only):
             client_part(args.num_requests, args.concurrency, Path(tmp))
-        stage_part(args.stage_images, args.concurrency, Path(tmp), args.stage_repetitions)
-        if args.pacing:
+        if not args.pacing_only:
+            stage_part(args.stage_images, args.concurrency, Path(tmp), args.stage_repetitions)
+        if args.pacing or args.pacing_only:
             pacing_part(args.pacing_requests)
         if args.real:
             real_part(args.real_requests, Path(tmp))

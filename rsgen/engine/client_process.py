@@ -10,6 +10,15 @@ The process is forked (not spawned): it starts in milliseconds and works on a co
 settings, its API key, which never cross a pipe). It takes no signal itself (SIGINT/SIGTERM go to the stage,
 which closes it) and ends when its job pipe closes, also when the parent is SIGKILLed. It never logs: what the
 parent must count or log (retries) comes back as reports.
+
+Forked from a process with threads (the progress heartbeat, the output lock's heartbeat): only the forking thread
+goes on in the child, and a lock another thread held at the fork stays held there for ever. So the child touches
+none: it never logs (the logging module re-creates its locks in a forked child anyway), never writes progress or
+records (it calls only the engine's HTTP code: the session, the parse of an answer, the scrubbing of messages),
+imports nothing the parent has not (the engine imports aiohttp before it forks: an import in the child could wait
+on a module lock a thread held), and ends with os._exit, not through multiprocessing's exit path, which flushes
+sys.stdout and sys.stderr (their buffers' locks may be a heartbeat thread's at the fork: a warning being written);
+a failure's traceback goes to file descriptor 2 in one raw write.
 """
 
 from __future__ import annotations
@@ -141,7 +150,16 @@ def _child_main(open_client, call, jobs_read: int, results_write: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _close_inherited(keep=(0, 1, 2, jobs_read, results_write))
-    asyncio.run(_serve(open_client, call, jobs_read, results_write))
+    code = 0
+    try:
+        asyncio.run(_serve(open_client, call, jobs_read, results_write))
+    except BaseException as err:  # the parent says the exit code; the cause is on stderr, written without its lock
+        code = 1
+        try:
+            os.write(2, ("rsgen HTTP client process: " + "".join(traceback.format_exception(err))).encode())
+        except OSError:
+            pass
+    os._exit(code)
 
 
 def _close_inherited(keep: tuple[int, ...]) -> None:

@@ -489,30 +489,41 @@ class AdaptiveConcurrency:
 
 
 class RatePacer:
-    """`engine_requests_per_minute` / `engine_tokens_per_minute` (hosted APIs): requests leave evenly spaced (never
-    a burst the API answers with a storm of 429s), and while the tokens the server reported (`usage`) over the last
-    minute's budget are spent, none leaves. Used in the client process only (a copy of the engine's)."""
+    """`engine_requests_per_minute` / `engine_tokens_per_minute` (hosted APIs): requests leave evenly spaced, and
+    while the tokens the server reported (`usage`) over the last minute's budget are spent, none leaves. Used in the
+    client process only (a copy of the engine's), where requests leave.
 
-    def __init__(self, requests_per_minute: float | None, tokens_per_minute: float | None):
-        self.interval = 60.0 / requests_per_minute if requests_per_minute else 0.0
+    The spacing is a token bucket holding one request: a request that leaves late never earns the next ones an
+    earlier start (no catch-up burst). It is `HEADROOM` wider than the limit's: the API counts requests when they
+    arrive, and one that arrives a few ms late beside the next on time would put one over the limit in the API's
+    window (at exactly the limit's pace the rate-limited stub of bench_server.py answered 7 of 200 with a 429)."""
+
+    HEADROOM = 0.9  # the share of the limit sent: tolerates a request up to ~0.1 s late in a one-second window
+
+    def __init__(self, requests_per_minute: float | None, tokens_per_minute: float | None, clock=time.monotonic):
+        self.interval = 60.0 / (requests_per_minute * self.HEADROOM) if requests_per_minute else 0.0
         self.tokens_per_second = tokens_per_minute / 60.0 if tokens_per_minute else 0.0
         self.capacity = float(tokens_per_minute or 0)
         self.tokens = self.capacity  # a token bucket: full at the start, refilled continuously
+        self.clock = clock
         self.next_send = 0.0
-        self.updated = time.monotonic()
+        self.updated = clock()
+
+    def delay(self) -> float:
+        """0 if a request may leave now (it is counted as gone), else how long to wait before asking again."""
+        now = self.clock()
+        if self.tokens_per_second:
+            self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.tokens_per_second)
+            self.updated = now
+        delay = max(self.next_send - now, 0.0)
+        if self.tokens_per_second and self.tokens <= 0:
+            delay = max(delay, -self.tokens / self.tokens_per_second + 1e-3)
+        if delay <= 0:
+            self.next_send = now + self.interval  # from now, never from when it was due: no catch-up
+        return delay
 
     async def wait(self) -> None:
-        while True:
-            now = time.monotonic()
-            if self.tokens_per_second:
-                self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.tokens_per_second)
-                self.updated = now
-            delay = max(self.next_send - now, 0.0)
-            if self.tokens_per_second and self.tokens <= 0:
-                delay = max(delay, -self.tokens / self.tokens_per_second + 1e-3)
-            if delay <= 0:
-                self.next_send = max(self.next_send, now) + self.interval
-                return
+        while (delay := self.delay()) > 0:
             await asyncio.sleep(delay)
 
     def spent(self, tokens: int) -> None:
@@ -692,6 +703,8 @@ class OpenAIEngine:
         client (AHEAD): the client starts the next request the moment one ends, as a single-process client does,
         not when this side has taken the answer. Answers come back as many as are ready at once, with the
         retries the client counted."""
+        import aiohttp  # noqa: F401  (imported before the fork, never in the child: rsgen.engine.client_process)
+
         client = ClientProcess(self._open_session, self._call)
         pending: dict[int, ChatRequest] = {}
         ids = itertools.count()

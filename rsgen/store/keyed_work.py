@@ -72,6 +72,7 @@ class KeyedWorkSummary:
     assigned: int  # keys striped to this rank
     already_done: int
     done_now: int = 0
+    found: int = 0  # keys with a record in the store when the call began, every rank's
     seconds: float = 0.0  # generating (model loading excluded)
     load_seconds: float = 0.0
     engine: Any = None  # the engine, when work was pending (its `stats` and `revision`)
@@ -149,7 +150,7 @@ def run_keyed_work(stage: KeyedStage, store: CheckpointStore, state, make_engine
         left = sum(k not in done for k in keys)
         logger.info(f"{stage.name}: {len(keys) - left:,} of {len(keys):,} {stage.unit}s already done, {left:,} to go")
     summary = KeyedWorkSummary(state.process_index, state.num_processes, total=len(keys), assigned=len(mine),
-                               already_done=len(mine) - len(pending))
+                               already_done=len(mine) - len(pending), found=len(done))
     progress = keyed_work_progress(stage, summary)  # this rank's counts, for OUTPUT_DIR/progress.json
     if pending:
         start = time.perf_counter()

@@ -73,6 +73,28 @@ def test_requests_per_minute_spaces_requests_and_a_rate_limited_api_sends_no_429
     assert unpaced.rejected > 0  # the same requests without the limit: the API pushes back (the test can fail)
 
 
+def test_requests_per_minute_never_bursts_after_a_late_request():
+    """The pacer on a clock the test moves: requests asked for one after another, some of them late (the loop or the
+    machine busy for several intervals). In no sliding window of a second may more leave than the limit allows
+    (20): a schedule that catches up after a late request (the slots it missed sent at once) fails this."""
+    now = [100.0]
+    pacer = oe.RatePacer(1200, None, clock=lambda: now[0])
+    sent = []
+    for i in range(400):
+        if i % 37 == 5:
+            now[0] += 0.4  # late: eight intervals' worth
+        while (delay := pacer.delay()) > 0:
+            now[0] += delay
+        sent.append(now[0])
+        now[0] += 0.001  # the request's own work before the next one asks
+    for i, t in enumerate(sent):
+        in_window = sum(1 for u in sent[i:i + 40] if u - t < 1.0)
+        assert in_window <= 20, f"{in_window} requests left within a second from request {i}"
+    gaps = [b - a for a, b in zip(sent, sent[1:])]
+    assert min(gaps) >= 60.0 / 1200 - 1e-9  # never closer than the limit's spacing
+    assert max(gaps) < 0.6  # and paced, not stalled
+
+
 def test_tokens_per_minute_waits_once_the_budget_is_spent():
     # stub_completion reports 11 + 3 = 14 tokens: a budget of 14 * 60 * 4 a minute is 4 answers a second.
     with StubChatServer() as stub:
