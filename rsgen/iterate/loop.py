@@ -55,6 +55,7 @@ ITERATE_VERSION = 1
 # The `pin` keys of the iterate group (rsgen.config): the slice's fraction is pinned once the slice is chosen, these
 # once a round's training has started.
 TRAIN_PINS = ("iterate_train", "iterate_from", "iterate_dpo", "iterate_sft_rows")
+PIN_DEFAULTS = {"iterate_sft_rows": "accepted"}  # what a loop recorded before the key existed trained on
 
 
 def _now() -> str:
@@ -131,8 +132,8 @@ def check_iterate_pins(recipe: RecipeConfig, previous: dict[str, Any]) -> None:
         if not _training_started(record):
             continue
         for key in TRAIN_PINS:
-            # .get: a key added to the loop later is None (its default) in older records
-            before, after = record["training"]["pins"].get(key), getattr(recipe, key)
+            # A key added to the loop later is absent from older records: they were made with its default.
+            before, after = record["training"]["pins"].get(key, PIN_DEFAULTS.get(key)), getattr(recipe, key)
             if json.dumps(before, sort_keys=True) != json.dumps(after, sort_keys=True):
                 refused.append(f"{key}: {before!r} -> {after!r} (round {record['round']}'s training was started with "
                                "the old value)")
