@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_training_value import RECIPE, _iterate, trained_line  # noqa: E402
+from bench_training_value import RECIPE, _iterate, trained_line, write_table  # noqa: E402
 
 THINK = re.compile(r"<think>\n(.*)\n</think>\n\n(.*)", re.S)
 LETTERED = re.compile(r"^([A-Z])\. (.*)$", re.M)
@@ -126,11 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"learning rate {lr}")
     table.append(f"reasoning agrees with the final answer: {agree_accepted} of {len(accepted)} accepted greedy answers, "
                  f"{agree_all - agree_accepted} of {len(explored) - len(accepted)} right samples added by the explore pass")
-    text = "\n".join(table)
-    (out / "iterate_rows.txt").write_text(text + "\n")
-    print("\n" + text)
-    print(f"\nwhole table in {time.perf_counter() - started:.0f} s; runs in {out}")
-    return 0
+    return write_table(out / "iterate_rows.txt", "\n".join(table), started)
 
 
 if __name__ == "__main__":

@@ -206,9 +206,14 @@ def main(argv: list[str] | None = None) -> int:
          dpo["rounds"][1]["held_out"]),
     ]
     table = training_value_table(lines, base, recipe.iterate_sft_rows, args.rounds == 1)
-    (out / "training_value.txt").write_text(table + "\n")
+    return write_table(out / "training_value.txt", table, started)
+
+
+def write_table(path: Path, table: str, started: float) -> int:
+    """The bench's table into `path` and on stdout, with the whole run's time."""
+    path.write_text(table + "\n")
     print("\n" + table)
-    print(f"\nwhole table in {time.perf_counter() - started:.0f} s; runs in {out}")
+    print(f"\nwhole table in {time.perf_counter() - started:.0f} s; runs in {path.parent}")
     return 0
 
 

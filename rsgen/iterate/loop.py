@@ -101,20 +101,20 @@ def check_iterate_recipe(recipe: RecipeConfig) -> None:
     layout = OutputLayout(recipe.output_dir)
     train_config(recipe, SFT, layout.round_training(0))  # a bad iterate_train fails here
     if recipe.iterate_sft_rows == "explored":
-        if not recipe.explore_samples:
-            raise RecipeError("iterate_sft_rows: explored trains on the explore pass's right samples: set "
-                              "explore_samples (e.g. 4), or iterate_sft_rows: accepted")
-        if recipe.views is not None and "dpo_onpolicy" not in recipe.views:
-            raise RecipeError(f"iterate_sft_rows: explored reads the _dpo_onpolicy view: add dpo_onpolicy to views "
-                              f"(got {recipe.views!r}), or set views: null")
+        _check_onpolicy_view(recipe, "iterate_sft_rows: explored", "iterate_sft_rows: accepted")
     if recipe.iterate_dpo is not None:
-        if not recipe.explore_samples:
-            raise RecipeError("iterate_dpo trains on the _dpo_onpolicy view, which needs an explore pass: set "
-                              "explore_samples (e.g. 4), or iterate_dpo: null")
-        if recipe.views is not None and "dpo_onpolicy" not in recipe.views:
-            raise RecipeError(f"iterate_dpo trains on the _dpo_onpolicy view: add dpo_onpolicy to views (got "
-                              f"{recipe.views!r}), or set views: null")
+        _check_onpolicy_view(recipe, "iterate_dpo", "iterate_dpo: null")
         train_config(recipe, DPO, layout.round_training(0, DPO.name))
+
+
+def _check_onpolicy_view(recipe: RecipeConfig, what: str, off: str) -> None:
+    """`what` reads the `_dpo_onpolicy` view: it needs an explore pass and the view written."""
+    if not recipe.explore_samples:
+        raise RecipeError(f"{what} reads the _dpo_onpolicy view, which needs an explore pass: set explore_samples "
+                          f"(e.g. 4), or {off}")
+    if recipe.views is not None and "dpo_onpolicy" not in recipe.views:
+        raise RecipeError(f"{what} reads the _dpo_onpolicy view: add dpo_onpolicy to views (got {recipe.views!r}), "
+                          f"or set views: null")
 
 
 def _training_started(record: dict[str, Any]) -> bool:

@@ -3,12 +3,11 @@ images): every line fine-tuned from the base on its selection of round 0's rows 
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import run_fast_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -40,12 +39,7 @@ def test_reasoning_agrees_reads_the_last_sentence_against_the_final_answer(text,
 @pytest.mark.slow  # about 2 minutes: a round 0 and five fine-tunings of 4 steps, each measured
 def test_the_fast_table_has_every_line_on_one_held_out_slice(tmp_path):
     out = tmp_path / "rows"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_iterate_rows.py"), "--fast",
-                           "--output-dir", str(out)], cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    table = (out / "iterate_rows.txt").read_text()
-    assert table in proc.stdout
+    table = run_fast_bench("bench_iterate_rows.py", out, "iterate_rows.txt")
     rows = table.splitlines()[2:-2]
     assert [row[:28].strip() for row in rows] == LINES
     assert [int(row[36:42]) for row in rows] == [0, 4, 4, 4, 4, 4], table

@@ -4,12 +4,10 @@ one table, every line measured on the same held-out slice, each fine-tuning held
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import run_fast_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 LINES = ["base", "SFT, official answers", "SFT, accepted RS_think (1 round)", "ReST-EM (1 round, from base)",
@@ -19,12 +17,7 @@ LINES = ["base", "SFT, official answers", "SFT, accepted RS_think (1 round)", "R
 @pytest.mark.slow  # 146 s on the 2-core machine at load 7-8 (OMP_NUM_THREADS=1)
 def test_the_fast_table_has_every_line_on_one_held_out_slice(tmp_path):
     out = tmp_path / "tv"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_training_value.py"), "--fast",
-                           "--output-dir", str(out)], cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    table = (out / "training_value.txt").read_text()
-    assert table in proc.stdout
+    table = run_fast_bench("bench_training_value.py", out, "training_value.txt")
     rows = table.splitlines()[2:-2]
     assert [row[:34].strip() for row in rows] == LINES
     # The same held-out slice on every line: each run read the ReST-EM run's slice, and measured as many pairs.
