@@ -192,6 +192,7 @@ class RecipeConfig:
     iterate_rounds: int = field(default=2, metadata={"stage": "iterate", "help": "fine-tuning rounds: round k answers with model k (model 0 = model_name_or_path) and trains model k+1 on its accepted pairs; rounds 0..iterate_rounds are measured"})
     iterate_train: dict[str, Any] = field(default_factory=dict, metadata={"stage": "iterate", "pin": True, "help": "TRL SFTConfig arguments of each round's fine-tuning, e.g. {learning_rate: 2.0e-5, num_train_epochs: 1} (output_dir is rsgen's)"})
     iterate_from: str = field(default="previous", metadata={"stage": "iterate", "pin": True, "help": "previous = round k fine-tunes model k (STaR-style); base = every round fine-tunes model_name_or_path afresh (ReST-EM)"})
+    iterate_sft_rows: str = field(default="accepted", metadata={"stage": "iterate", "pin": True, "help": "accepted = each round fine-tunes on its accepted greedy answers (the _sft view); explored = also, for each question whose greedy answer was not accepted, a sampled response of the explore pass the verifier accepted (the _dpo_onpolicy view's chosen side: needs explore_samples > 0), as ReST-EM keeps the right samples of questions the model usually misses"})
     iterate_dpo: dict[str, Any] | None = field(default=None, metadata={"stage": "iterate", "pin": True, "help": "TRL DPOConfig arguments of a DPO step after each round's SFT, on the round's _dpo_onpolicy pairs of the training slice (needs explore_samples > 0); null = SFT only"})
     iterate_eval_fraction: float = field(default=0.2, metadata={"stage": "iterate", "pin": True, "help": "share of each family's images held out: measured every round, never trained on"})
     iterate_stop_when_worse: bool = field(default=True, metadata={"stage": "iterate", "help": "stop when a round's held-out verifier accept rate falls below the round before"})
@@ -258,6 +259,7 @@ ENUM_KEYS: dict[str, tuple[str, ...]] = {
     "explore_stop": ("paired", "never"),
     "judge_scope": ("undecided", "all"),
     "iterate_from": ("previous", "base"),
+    "iterate_sft_rows": ("accepted", "explored"),
     # `verifier`: the names in rsgen.verifiers.VERIFIERS (none a YAML boolean), checked by validate_recipe
 }
 _YAML_BOOLEAN_WORDS = {False: ("off", "no", "false", "n"), True: ("on", "yes", "true", "y")}
@@ -406,6 +408,8 @@ def validate_recipe(recipe: RecipeConfig) -> None:
         raise RecipeError(f"iterate_rounds must be >= 0 (0 = measure the base model only), got {recipe.iterate_rounds}")
     if recipe.iterate_from not in ("previous", "base"):
         raise RecipeError(f"iterate_from must be previous or base, got {recipe.iterate_from!r}")
+    if recipe.iterate_sft_rows not in ("accepted", "explored"):
+        raise RecipeError(f"iterate_sft_rows must be accepted or explored, got {recipe.iterate_sft_rows!r}")
     if not 0 < recipe.iterate_eval_fraction < 1:
         raise RecipeError(f"iterate_eval_fraction must be between 0 and 1 (exclusive), got {recipe.iterate_eval_fraction!r}")
     if recipe.hub_progress_every_minutes < 0:

@@ -773,6 +773,24 @@ def evaluate(model_dir: Path, seed: int, num_images: int, max_new_tokens: int = 
     return report
 
 
+def show_record(model_dir: Path) -> str:
+    """The figures docs/demo.md quotes about a shipped model, from the record its training runs wrote
+    (`rsgen_training.json`): each run's minutes and rows, and the last evaluation. No model is loaded."""
+    record = json.loads((model_dir / TRAINING_RECORD).read_text())
+    chain = training_chain(record)
+    lines = [f"{model_dir.name}: {record['parameters'] / 1e6:.1f} M parameters, {len(chain)} training run(s)"]
+    for i, run in enumerate(chain):
+        how = "continued (--init-from)" if run["arguments"].get("init_from") else "from scratch"
+        lines.append(f"run {i + 1}: {how}, {run['train_minutes']} min, {run['training_rows']:,} training rows")
+    e = record["evaluation"]
+    lines.append(f"evaluation (pool seed {e['seed']}, {e['images']} images, {e['qa']} QA pairs): verifier accept rate "
+                 f"{e['accept_rate']:.1%}; {e['right_but_rejected']} right answers the verifier rejects; the judge "
+                 f"says CORRECT to {e['judge_correct_on_accepted']:.0%} of the accepted and "
+                 f"{e['judge_correct_on_right_rejected']:.0%} of those, WRONG to "
+                 f"{e['judge_wrong_on_wrong_undecided']:.0%} of the wrong answers left to it")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output", default=str(demo_model_path()))
@@ -796,6 +814,8 @@ def main(argv: list[str] | None = None) -> int:
     # 4x slower per step than one on the shared development machine).
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--eval-only", action="store_true")
+    parser.add_argument("--show", action="store_true",
+                        help="print the figures of --output's training record (docs/demo.md's), load nothing")
     parser.add_argument("--eval-images", type=int, default=150)
     parser.add_argument("--eval-seed", type=int, default=EVAL_SEED)
     parser.add_argument("--base", action="store_true",
@@ -805,6 +825,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.base:
         for key, value in BASE_ARGUMENTS.items():
             setattr(args, key, value)
+    if args.show:
+        print(show_record(Path(args.output)))
+        return 0
     threads = args.threads or (2 if os.getloadavg()[0] < 1.0 else 1)
     torch.set_num_threads(threads)
     print(f"torch threads: {threads}", flush=True)

@@ -34,7 +34,15 @@ from rsgen.emit import run_emit
 from rsgen.iterate.held_out import choose_held_out, read_held_out, write_held_out
 from rsgen.iterate.measure import measure_round
 from rsgen.iterate.merge import merge_rounds
-from rsgen.iterate.train import DPO, SFT, TrainingKind, train_config, train_round, training_rows
+from rsgen.iterate.train import (
+    DPO,
+    SFT,
+    TrainingKind,
+    sft_training_rows,
+    train_config,
+    train_round,
+    training_rows,
+)
 from rsgen.layout import OutputLayout
 from rsgen.lock import locked_output_dir
 from rsgen.pipeline import STAGES, check_and_write_run_json, check_before_work, run_pipeline, run_stage
@@ -46,7 +54,8 @@ logger = logging.getLogger(__name__)
 ITERATE_VERSION = 1
 # The `pin` keys of the iterate group (rsgen.config): the slice's fraction is pinned once the slice is chosen, these
 # once a round's training has started.
-TRAIN_PINS = ("iterate_train", "iterate_from", "iterate_dpo")
+TRAIN_PINS = ("iterate_train", "iterate_from", "iterate_dpo", "iterate_sft_rows")
+PIN_DEFAULTS = {"iterate_sft_rows": "accepted"}  # what a loop recorded before the key existed trained on
 
 
 def _now() -> str:
@@ -91,14 +100,21 @@ def check_iterate_recipe(recipe: RecipeConfig) -> None:
                           "views: null")
     layout = OutputLayout(recipe.output_dir)
     train_config(recipe, SFT, layout.round_training(0))  # a bad iterate_train fails here
+    if recipe.iterate_sft_rows == "explored":
+        _check_onpolicy_view(recipe, "iterate_sft_rows: explored", "iterate_sft_rows: accepted")
     if recipe.iterate_dpo is not None:
-        if not recipe.explore_samples:
-            raise RecipeError("iterate_dpo trains on the _dpo_onpolicy view, which needs an explore pass: set "
-                              "explore_samples (e.g. 4), or iterate_dpo: null")
-        if recipe.views is not None and "dpo_onpolicy" not in recipe.views:
-            raise RecipeError(f"iterate_dpo trains on the _dpo_onpolicy view: add dpo_onpolicy to views (got "
-                              f"{recipe.views!r}), or set views: null")
+        _check_onpolicy_view(recipe, "iterate_dpo", "iterate_dpo: null")
         train_config(recipe, DPO, layout.round_training(0, DPO.name))
+
+
+def _check_onpolicy_view(recipe: RecipeConfig, what: str, off: str) -> None:
+    """`what` reads the `_dpo_onpolicy` view: it needs an explore pass and the view written."""
+    if not recipe.explore_samples:
+        raise RecipeError(f"{what} reads the _dpo_onpolicy view, which needs an explore pass: set explore_samples "
+                          f"(e.g. 4), or {off}")
+    if recipe.views is not None and "dpo_onpolicy" not in recipe.views:
+        raise RecipeError(f"{what} reads the _dpo_onpolicy view: add dpo_onpolicy to views (got {recipe.views!r}), "
+                          f"or set views: null")
 
 
 def _training_started(record: dict[str, Any]) -> bool:
@@ -116,8 +132,8 @@ def check_iterate_pins(recipe: RecipeConfig, previous: dict[str, Any]) -> None:
         if not _training_started(record):
             continue
         for key in TRAIN_PINS:
-            # .get: a key added to the loop later is None (its default) in older records
-            before, after = record["training"]["pins"].get(key), getattr(recipe, key)
+            # A key added to the loop later is absent from older records: they were made with its default.
+            before, after = record["training"]["pins"].get(key, PIN_DEFAULTS.get(key)), getattr(recipe, key)
             if json.dumps(before, sort_keys=True) != json.dumps(after, sort_keys=True):
                 refused.append(f"{key}: {before!r} -> {after!r} (round {record['round']}'s training was started with "
                                "the old value)")
@@ -292,7 +308,9 @@ def _train_step(recipe: RecipeConfig, record: IterateRecord, k: int, kind: Train
     rows of its view in the training slice."""
     layout = OutputLayout(recipe.output_dir)
     with state.main_process_first():
-        rows = training_rows(layout.round_dir(k) / "dataset", held_out, kind)
+        dataset = layout.round_dir(k) / "dataset"
+        rows = (sft_training_rows(dataset, held_out, recipe.iterate_sft_rows) if kind is SFT
+                else training_rows(dataset, held_out, kind))
     if rows is None or len(rows) == 0:
         return False
     this = record.round(k)

@@ -103,6 +103,39 @@ def training_rows(dataset_dir: Path, held_out: set[str], kind: TrainingKind = SF
     return kept.cast_column("images", List(Image()))
 
 
+def _prompt_key(row: dict[str, Any]) -> tuple[tuple[str, ...], str]:
+    """A training row's question: its images' sha256s and the text of its prompt."""
+    text = " ".join(part["text"] or "" for message in row["prompt"] for part in message["content"])
+    return tuple(image_sha256s(row)), text
+
+
+def sft_training_rows(dataset_dir: Path, held_out: set[str], sft_rows: str = "accepted"):
+    """The SFT rows of a round (`iterate_sft_rows`): `accepted`, the `_sft` view (the accepted greedy answers);
+    `explored`, those plus, for each question whose greedy answer is not among them, the explore pass's sampled
+    response the verifier accepted (the `_dpo_onpolicy` view's chosen side), as prompt-completion rows. ReST-EM and
+    M-STaR train on such samples: the greedy answers hold only what the model already gets right, a right sample of
+    a question it usually misses is what it can learn from. None when there is no row at all."""
+    accepted = training_rows(dataset_dir, held_out, SFT)
+    if sft_rows == "accepted":
+        return accepted
+    import datasets
+
+    explored = training_rows(dataset_dir, held_out, DPO)
+    if explored is None or len(explored) == 0:
+        return accepted
+    known = set() if accepted is None else {_prompt_key(row) for row in accepted.cast_column(
+        "images", datasets.List(datasets.Image(decode=False)))}
+    raw = explored.cast_column("images", datasets.List(datasets.Image(decode=False)))
+    missed = raw.filter(lambda row: _prompt_key(row) not in known)
+    added = missed.select_columns(["prompt", "chosen", "images"]).rename_column("chosen", "completion")
+    added = added.cast_column("images", datasets.List(datasets.Image()))
+    logger.info("iterate: %d accepted greedy answers and %d sampled right answers of questions the greedy answer "
+                "missed", 0 if accepted is None else len(accepted), len(added))
+    if accepted is None:
+        return added
+    return datasets.concatenate_datasets([accepted, added.cast(accepted.features)])
+
+
 def last_checkpoint(output_dir: Path) -> str | None:
     """The newest complete TRL checkpoint in `output_dir`, or None. The Trainer writes trainer_state.json last into
     a checkpoint folder, so a kill inside a save leaves the newest folder without it (or with it cut short):

@@ -63,6 +63,8 @@ def test_default_demo_accepts_at_most_one_percent_wrong_pairs(tmp_path):
     docs = (Path(__file__).resolve().parents[2] / "docs" / "demo.md").read_text()
     table = out.stdout[out.stdout.index("family        accepted"):out.stdout.index("truth check:")].strip()
     assert table in docs and report.line() in docs, (table, report.line())
+    questions = stats["totals"]["prepared_qa"]
+    assert f"`rsgen demo` (300 images, {questions:,} questions)" in docs, questions
     # The demo's accept-rate band (its time band is measured, not asserted: tests share a loaded machine).
     assert 0.30 <= stats["totals"]["accept_rate"] <= 0.90, stats["totals"]
     # Both calibration sides, overall and per family, in stats.json and on the card.

@@ -110,3 +110,48 @@ def test_eval_fraction_outside_0_1_is_a_recipe_error(fraction):
 
     with pytest.raises(RecipeError, match="iterate_eval_fraction"):
         recipe_from_dict({"iterate_eval_fraction": fraction})
+
+
+def _write_onpolicy_config(dataset_dir, rows: list[tuple[bytes, str, str]]) -> None:
+    """`Multi_dpo_onpolicy` rows (image, question, chosen response) as emit writes them."""
+    import datasets
+
+    def message(role, text):
+        return [{"role": role, "content": [{"type": "text", "text": text}]}]
+
+    data = {"prompt": [[{"role": "user", "content": [{"type": "image", "text": None}, {"type": "text", "text": q}]}]
+                       for _image, q, _chosen in rows],
+            "chosen": [message("assistant", chosen) for _image, _q, chosen in rows],
+            "rejected": [message("assistant", "wrong") for _row in rows],
+            "images": [[{"bytes": image, "path": None}] for image, _q, _chosen in rows],
+            "answer": ["1"] * len(rows), "pass_rate": [0.5] * len(rows)}
+    folder = dataset_dir / "data" / "Multi_dpo_onpolicy"
+    folder.mkdir(parents=True)
+    datasets.Dataset.from_dict(data).cast_column("images", List(Image())).to_parquet(
+        str(folder / "train-00000-of-00001.parquet"))
+
+
+def test_explored_sft_rows_add_the_right_samples_of_questions_the_greedy_answer_missed(tmp_path):
+    """iterate_sft_rows: explored: the accepted greedy rows, plus the on-policy chosen response of each other
+    question of the training slice (never a second row for a question the greedy answer already has, never a held-out
+    image)."""
+    from rsgen.iterate.train import sft_training_rows
+
+    first, held_image = (ScriptedImage("CLEVRMath", [], (i * 60, 10, 10)).image_bytes() for i in range(2))
+    _write_sft_config(tmp_path, [[first]])  # question q0, completion "a"
+    _write_onpolicy_config(tmp_path, [(first, "q0", "sampled q0"), (first, "q1", "sampled q1"),
+                                      (held_image, "q2", "sampled q2")])
+    held = {hashlib.sha256(held_image).hexdigest()}
+    completions = {row["prompt"][0]["content"][1]["text"]: row["completion"][0]["content"][0]["text"]
+                   for row in sft_training_rows(tmp_path, held, "explored")}
+    assert completions == {"q0": "a", "q1": "sampled q1"}
+    assert len(sft_training_rows(tmp_path, held, "accepted")) == 1
+
+
+def test_explored_sft_rows_need_an_explore_pass(tmp_path):
+    from rsgen.config import RecipeError, recipe_from_dict
+    from rsgen.iterate.loop import check_iterate_recipe
+
+    recipe = recipe_from_dict({"iterate_sft_rows": "explored", "output_dir": str(tmp_path), "temperature": 0})
+    with pytest.raises(RecipeError, match="explore_samples"):
+        check_iterate_recipe(recipe)

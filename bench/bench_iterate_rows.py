@@ -1,0 +1,133 @@
+"""What a round's fine-tuning should be trained on, on the demo: one table, each line the base fine-tuned once on
+another selection of round 0's rows (or with another learning rate), every line measured on the same held-out slice
+against the scene's truth.
+
+    python bench/bench_iterate_rows.py                        # recipes/demo_iterate.yaml as it is (800 images)
+    python bench/bench_iterate_rows.py --num-images 240       # a smaller pool: a quicker look (60 held-out images)
+    python bench/bench_iterate_rows.py --fast                 # 24 images, 4 steps: the test's form
+
+Round 0 is `rsgen iterate` with `iterate_rounds: 0` (the recipe's judge and explore pass, blind check off) in
+`--output-dir`/round0; each line is `bench_training_value.trained_line`: the recipe's `iterate_train` (epochs, batch,
+learning rate unless the line names one) from the base on the line's rows, measured by a greedy generate + verify
+pass. Lines:
+
+- accepted: the accepted greedy answers (`iterate_sft_rows: accepted`);
+- explored: those plus the explore pass's right samples of the questions they missed (`explored`);
+- explored, lr / 10: the same at a tenth of the learning rate;
+- explored, reasoning agrees: only the rows whose reasoning's last sentence states the final answer (the verifier
+  checks the final answer alone: a right answer after reasoning that says something else is a lucky one);
+- accepted, answer only: the accepted answers without their reasoning (the `nothink` form), measured as every line
+  is, with thinking on.
+
+The row counts column says how many rows each selection holds; `reasoning agrees` is also printed for the accepted
+and the sampled rows apart, which is what tells a lucky answer from a reasoned one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_training_value import RECIPE, _iterate, trained_line, write_table  # noqa: E402
+
+THINK = re.compile(r"<think>\n(.*)\n</think>\n\n(.*)", re.S)
+LETTERED = re.compile(r"^([A-Z])\. (.*)$", re.M)
+
+
+def completion_text(row) -> str:
+    return row["completion"][0]["content"][0]["text"]
+
+
+def reasoning_agrees(row) -> bool:
+    """The reasoning's last sentence states the row's final answer: the same last number (digits or a number word),
+    the same option (its letter, by the verifier's multiple-choice reading), or the answer's last word."""
+    from rsgen.demo.truth import stated_numbers
+    from rsgen.verifiers import verify_response
+
+    found = THINK.fullmatch(completion_text(row).strip())
+    if not found:
+        return False
+    reasoning, final = found.group(1).strip(), found.group(2).strip()
+    last = re.split(r"(?<=\.)\s+", reasoning)[-1]
+    question = " ".join(part["text"] or "" for part in row["prompt"][0]["content"])
+    options = [text for _letter, text in LETTERED.findall(question)]
+    if options:
+        return verify_response("relaxed", last, final, options=options).match
+    numbers = stated_numbers(final)
+    if numbers:
+        return stated_numbers(last)[-1:] == numbers[-1:]
+    return bool(final) and final.lower().split()[-1] in last.lower()
+
+
+def answer_only(row) -> dict:
+    found = THINK.fullmatch(completion_text(row).strip())
+    final = found.group(2).strip() if found else completion_text(row)
+    return {"completion": [{"role": "assistant", "content": [{"type": "text", "text": final}]}]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=str(RECIPE))
+    parser.add_argument("--output-dir", default="runs/iterate_rows")
+    parser.add_argument("--num-images", type=int, default=None, help="demo pool images (default: the recipe's)")
+    parser.add_argument("--fast", action="store_true", help="24 images, 4 steps per fine-tuning: the test's form")
+    args = parser.parse_args(argv)
+
+    from rsgen.config import load_recipe
+    from rsgen.iterate.held_out import read_held_out
+    from rsgen.iterate.report import change_text, rate_change
+    from rsgen.iterate.train import sft_training_rows
+    from rsgen.layout import OutputLayout
+
+    recipe = load_recipe(args.config, {})
+    if args.fast:
+        args.num_images = 24
+        recipe = dataclasses.replace(recipe, iterate_train={**recipe.iterate_train, "max_steps": 4})
+    if args.num_images:
+        recipe.sources[0].demo_num_images = args.num_images
+    recipe = dataclasses.replace(recipe, iterate_rounds=0, blind_check="off",
+                                 explore_samples=recipe.explore_samples or 4)
+    out = Path(args.output_dir)
+    started = time.perf_counter()
+    round0 = _iterate(recipe, out / "round0")
+    dataset = OutputLayout(out / "round0").round_dir(0) / "dataset"
+    held_out = read_held_out(OutputLayout(out / "round0").held_out_images)
+    accepted = sft_training_rows(dataset, held_out, "accepted")
+    explored = sft_training_rows(dataset, held_out, "explored")
+    agree_accepted = sum(map(reasoning_agrees, accepted))
+    agree_all = sum(map(reasoning_agrees, explored))
+    lr = recipe.iterate_train.get("learning_rate")
+    lower = dataclasses.replace(recipe, iterate_train={**recipe.iterate_train, "learning_rate": lr / 10}) if lr else None
+    lines = [
+        ("accepted", recipe, lambda d, h: accepted),
+        ("explored", recipe, lambda d, h: explored),
+        *([("explored, lr / 10", lower, lambda d, h: explored)] if lower else []),
+        ("explored, reasoning agrees", recipe, lambda d, h: explored.filter(reasoning_agrees)),
+        ("accepted, answer only", recipe, lambda d, h: accepted.map(answer_only)),
+    ]
+    base = round0["rounds"][0]["held_out"]
+    header = f"{'line':<28} {'rows':>6} {'steps':>6} {'held-out verifier':>18} {'held-out truth':>15} {'truth vs base':>14}"
+    table = [header, "-" * len(header),
+             f"{'base (round 0)':<28} {'-':>6} {0:>6} {base['verifier_rate']:>18.1%} {base['truth_rate']:>15.1%} "
+             f"{'-':>14}"]
+    for i, (name, line_recipe, rows_of) in enumerate(lines):
+        record = trained_line(line_recipe, out / "round0", out / f"line{i}", rows_of)
+        held = record["held_out"]
+        table.append(f"{name:<28} {record['training']['rows']:>6} {record['training']['steps']:>6} "
+                     f"{held['verifier_rate']:>18.1%} {held['truth_rate']:>15.1%} "
+                     f"{change_text(rate_change(held, base)):>14}")
+    table.append(f"held out: {base['qa']} QA pairs (the same slice on every line); truth vs base in points ± se; "
+                 f"learning rate {lr}")
+    table.append(f"reasoning agrees with the final answer: {agree_accepted} of {len(accepted)} accepted greedy answers, "
+                 f"{agree_all - agree_accepted} of {len(explored) - len(accepted)} right samples added by the explore pass")
+    return write_table(out / "iterate_rows.txt", "\n".join(table), started)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
