@@ -81,3 +81,27 @@ def test_the_readme_recipe_loads():
     for block in blocks:
         recipe = recipe_from_dict(yaml.safe_load(block), where="README.md")
         assert recipe.sources and recipe.sources[0].family
+
+
+def fenced_blocks(text: str) -> list[str]:
+    return re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.M | re.S)
+
+
+def test_the_readmes_demo_and_iterate_figures_are_quoted_command_output_in_docs():
+    """The README repeats figures its pages quote from a command's output (docs/demo.md: `rsgen demo`'s table and
+    truth line, checked by tests/demo/test_truth.py; docs/iterate.md: the iterate report's and bench_iterate_rows'
+    tables): they must be those, not a copy left behind when the page was re-measured."""
+    readme = (ROOT / "README.md").read_text()
+    demo_table = next(b for b in fenced_blocks(readme) if b.startswith("family        accepted"))
+    assert "truth check:" in demo_table
+    assert demo_table in fenced_blocks((ROOT / "docs" / "demo.md").read_text())
+    printed = "\n".join(fenced_blocks((ROOT / "docs" / "iterate.md").read_text()))
+    prose = " ".join(outside_code(readme).split()).replace("−", "-")
+    for in_readme, in_output in [("from 22.6% to 20.9% (-1.8 ± 2.1 points)", "round 3 against the base: -1.8 ± 2.1"),
+                                 ("800 held-out QA pairs", "held out: 200 images (25% of each family's), 800 QA pairs"),
+                                 ("in only 79 of 565 right samples", "79 of 565 right samples added by the explore"),
+                                 ("in 384 of 533 accepted greedy answers", "384 of 533 accepted greedy answers")]:
+        assert in_readme in prose, in_readme
+        assert in_output in printed, in_output
+    rounds = [line.split() for line in printed.splitlines() if re.match(r"[03] {10,}", line)]
+    assert rounds[0][3] == "22.6%" and rounds[1][3] == "20.9%", rounds  # held-out truth, rounds 0 and 3
