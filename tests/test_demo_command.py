@@ -5,6 +5,8 @@ tier (tests/demo/)."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import datasets
 import yaml
@@ -73,3 +75,18 @@ def assert_status_says_finished_with_the_work_counts(out, capsys):
     recipe.write_text(yaml.safe_dump(json.loads((out / "run.json").read_text())["recipe"]))
     main(["status", "--config", str(recipe)])
     assert capsys.readouterr().out == text
+    assert_docs_quote_this_status_table(text)
+
+
+def assert_docs_quote_this_status_table(text: str) -> None:
+    """docs/scale.md quotes `rsgen status` on this run (`rsgen demo --num-images 8`): the same table, but for the
+    items/s column (the only figure with two decimals), which is a speed on whatever machine ran it (and whose width
+    moves the columns: compared word by word)."""
+    def table(printed: str) -> list[list[str]]:
+        lines = printed[printed.index("stage     state"):].rstrip().splitlines()
+        return [re.sub(r"\b\d+\.\d\d\b", "#", line).split() for line in lines]
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "scale.md").read_text()
+    assert "`rsgen demo --output-dir /tmp/labs_demo8 --num-images 8`" in docs
+    quoted = docs[docs.index("finished (/tmp/labs_demo8"):]
+    assert table(quoted[:quoted.index("```")]) == table(text), text
