@@ -92,6 +92,7 @@ def paired_vs_never(args) -> None:
     from rsgen.layout import OutputLayout
     from rsgen.prepare import run_prepare
     from rsgen.store import CheckpointStore, distributed_state
+    from rsgen.verify import run_verify
 
     root = Path(tempfile.mkdtemp(prefix="rsgen-bench-explore-"))
     try:
@@ -103,6 +104,7 @@ def paired_vs_never(args) -> None:
         state = distributed_state()
         run_prepare(recipe)
         run_generate(recipe, state)
+        run_verify(recipe, state)  # explore reads the verify stage's decisions, not generate's
         rows = {}
         for stop in ("paired", "never"):
             out = root / stop
