@@ -20,10 +20,15 @@ from rsgen.demo_command import RECIPE
 NUM_IMAGES = 8  # 8 images hold a few right answers the verifier rejects (4 hold one); the run costs the same
 
 
-def test_rsgen_demo_on_eight_images(tmp_path, capsys):
+def test_rsgen_demo_on_eight_images(tmp_path, capsys, caplog):
     out = tmp_path / "demo"
-    main(["demo", "--output-dir", str(out), "--num-images", str(NUM_IMAGES)])
+    with caplog.at_level("INFO", logger="rsgen"):
+        main(["demo", "--output-dir", str(out), "--num-images", str(NUM_IMAGES)])
     stdout = capsys.readouterr().out
+    # docs/judge.md quotes the judge's closing line of this command (logged as `[rsgen.judge.stage] ...`).
+    judged = next(r.getMessage() for r in caplog.records if "; calibration: agreed on " in r.getMessage())
+    judge_doc = (Path(__file__).resolve().parents[1] / "docs" / "judge.md").read_text()
+    assert "`rsgen demo --num-images 8` logs" in judge_doc and f"\n[rsgen.judge.stage] {judged}\n" in judge_doc, judged
     assert "accept rate" in stdout and "truth check:" in stdout and f"card:    {out / 'dataset' / 'README.md'}" in stdout
 
     # Against the truth: the right answers the verifier rejected (`two`, `five bars`) are the judge's to recover.
