@@ -29,6 +29,7 @@ def test_rsgen_demo_on_eight_images(tmp_path, capsys, caplog):
     judged = next(r.getMessage() for r in caplog.records if "; calibration: agreed on " in r.getMessage())
     judge_doc = (Path(__file__).resolve().parents[1] / "docs" / "judge.md").read_text()
     assert "`rsgen demo --num-images 8` logs" in judge_doc and f"\n[rsgen.judge.stage] {judged}\n" in judge_doc, judged
+    assert re.search(r"\ndemo finished in \d+ s\n", stdout), stdout  # the line the README quotes (its time: 300 images)
     assert "accept rate" in stdout and "truth check:" in stdout and f"card:    {out / 'dataset' / 'README.md'}" in stdout
 
     # Against the truth: the right answers the verifier rejected (`two`, `five bars`) are the judge's to recover.

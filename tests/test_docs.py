@@ -92,6 +92,7 @@ def test_the_readmes_demo_and_iterate_figures_are_quoted_command_output_in_docs(
     truth line, checked by tests/demo/test_truth.py; docs/iterate.md: the iterate report's and bench_iterate_rows'
     tables): they must be those, not a copy left behind when the page was re-measured."""
     readme = (ROOT / "README.md").read_text()
+    assert re.search(r"it ends `demo finished in \d+ s` on ", readme)  # `rsgen demo`'s last line (tests/test_demo_command.py)
     demo_table = next(b for b in fenced_blocks(readme) if b.startswith("family        accepted"))
     assert "truth check:" in demo_table
     assert demo_table in fenced_blocks((ROOT / "docs" / "demo.md").read_text())
