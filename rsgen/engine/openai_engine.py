@@ -667,24 +667,24 @@ class OpenAIEngine:
             try:
                 async with session.post(endpoint, data=body) as resp:  # Content-Type: the session's
                     status = resp.status
-                    text = await resp.text()
                     if status == 200:
-                        try:
-                            result = parse_completion(json.loads(text), sample_key)
+                        try:  # JSON is UTF-8 (RFC 8259; json.loads reads UTF-16/32 too): no charset lookup
+                            result = parse_completion(json.loads(await resp.read()), sample_key)
                             if self.pacer is not None:
                                 self.pacer.spent(result.prompt_tokens + result.generated_tokens)
                             return result
-                        except ValueError as err:  # MalformedResponse, or not JSON at all
+                        except ValueError as err:  # MalformedResponse, or not JSON (or not text) at all
                             problem = self._scrub(f"an answer that is not a chat completion ({err})")[:500]
-                    elif status in REFUSED_STATUSES:
-                        raise _Refused(server_message(status, text, self._api_key))
-                    elif status in RETRY_STATUSES:
-                        problem = server_message(status, text, self._api_key)
+                    else:
+                        message = server_message(status, await resp.text(errors="replace"), self._api_key)
+                        if status in REFUSED_STATUSES:
+                            raise _Refused(message)
+                        if status not in RETRY_STATUSES:  # 401/403 (key), 404 (URL or model), 422 (a field it
+                            # does not take): every request fails
+                            raise EngineUnavailable(f"engine server {url} answered {message}; check "
+                                                    "engine_base_url, engine_api_key_env and model_name_or_path")
+                        problem = message
                         delay = retry_after_seconds(resp.headers.get("Retry-After"))
-                    else:  # 401/403 (key), 404 (URL or model), 422 (a field it does not take): every request fails
-                        raise EngineUnavailable(f"engine server {url} answered "
-                                                f"{server_message(status, text, self._api_key)}; check "
-                                                "engine_base_url, engine_api_key_env and model_name_or_path")
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
                 error = err
                 problem = _describe(err, self._api_key)
