@@ -164,7 +164,7 @@ def client_part(num_requests: int, concurrency: int, workdir: Path) -> None:
 STAGE_TARGET = 0.85  # the generate stage against the minimal client on the same bodies
 
 
-def stage_part(num_images: int, concurrency: int, workdir: Path, repetitions: int = 5) -> None:
+def stage_part(num_images: int, concurrency: int, workdir: Path, repetitions: int = 9) -> None:
     """The whole generate stage (requests read from the prepared pool, bodies built, responses verified, records
     checkpointed, progress shown) against the stub, beside the minimal client posting the same bodies."""
     import dataclasses
@@ -318,7 +318,7 @@ def main() -> None:
     parser.add_argument("--real", action="store_true", help="also measure against a real transformers serve")
     parser.add_argument("--real-requests", type=int, default=48)
     parser.add_argument("--stage-images", type=int, default=4000, help="demo images of the generate-stage part")
-    parser.add_argument("--stage-repetitions", type=int, default=5, help="interleaved minimal-client/stage pairs; "
+    parser.add_argument("--stage-repetitions", type=int, default=9, help="interleaved minimal-client/stage pairs; "
                         "the median of their ratios is the figure")
     parser.add_argument("--stage-only", action="store_true", help="only the generate-stage part")
     parser.add_argument("--pacing", action="store_true", help="also measure engine_max_concurrency: auto and "

@@ -105,10 +105,19 @@ _IMAGE_MIME = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpe
 # ---------------------------------------------------------------------- request building
 
 
+_last_uri: tuple[bytes, str] = (b"", "")  # (image bytes, data URI) of the last call: the next QA pair's image mostly
+
+
 def image_data_uri(image) -> str:
     """A data URI for encoded image bytes (sent as they are, their format sniffed) or a PIL image (as PNG)."""
+    global _last_uri
     if isinstance(image, (bytes, bytearray, memoryview)):
         data = bytes(image)
+        # The QA pairs of one image come one after another: its URI is made once, not base64-encoded per question
+        # (a byte comparison, far cheaper than the encoding).
+        last = _last_uri
+        if data == last[0] and data:
+            return last[1]
         mime = next((m for magic, m in _IMAGE_MIME if data.startswith(magic)), None)
         if mime is None:  # an uncommon format: re-encode rather than send a type the server may not know
             with Image.open(io.BytesIO(data)) as im:
@@ -119,7 +128,10 @@ def image_data_uri(image) -> str:
         buf = io.BytesIO()
         image.save(buf, format="PNG")
         data, mime = buf.getvalue(), "image/png"
-    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+    uri = f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+    if not isinstance(image, Image.Image):  # bytes sent as they are (a PIL image is encoded anew every time)
+        _last_uri = (data, uri)
+    return uri
 
 
 def openai_messages(request: ChatRequest) -> list[dict]:
@@ -247,7 +259,10 @@ def response_text(message: dict[str, Any], finish_reason: str | None) -> str:
     `<think>…</think>` before the answer (left open when the token limit cut the reasoning, as a raw output would
     be); a content that closes a reasoning block it never opened (the chat template opened it in the prompt) gets
     the opening tag back."""
-    content, reasoning = message_parts(message)
+    return _joined(*message_parts(message), finish_reason)
+
+
+def _joined(content: str | None, reasoning: str | None, finish_reason: str | None) -> str:
     content = content or ""
     if reasoning:
         if not content and finish_reason == "length":
@@ -277,7 +292,7 @@ def parse_completion(data: Any, sample_key: str | None) -> GenerationResult:
         raise MalformedResponse(f"usage is not an object: {json.dumps(usage)[:200]}")
     content, reasoning = message_parts(message)
     return GenerationResult(
-        text=response_text(message, finish),
+        text=_joined(content, reasoning, finish),  # response_text, the message read once
         prompt_tokens=_token_count(usage, "prompt_tokens"),
         generated_tokens=_token_count(usage, "completion_tokens"),
         hit_limit=finish == "length",
@@ -537,6 +552,19 @@ class _Refused(Exception):
         self.message = message
 
 
+def _body_around(decoding: Decoding) -> tuple[bytes, bytes] | None:
+    """The JSON of a greedy request body before and after its messages (encoded once per engine, byte-identical to
+    encoding each body whole), or None when bodies differ by more than their messages (sampling: a seed each)."""
+    if decoding.temperature > 0:
+        return None
+    marker = "\x00rsgen-messages\x00"  # encoded as "\u0000rsgen-messages\u0000": no model name or setting has it
+    whole = json.dumps(request_body(marker, decoding, None), ensure_ascii=False)  # type: ignore[arg-type]
+    parts = whole.split(json.dumps(marker))
+    if len(parts) != 2:
+        return None
+    return parts[0].encode("utf-8"), parts[1].encode("utf-8")
+
+
 class OpenAIEngine:
     """Answers chat requests through OpenAI-compatible servers, `max_concurrency` requests in flight.
 
@@ -588,6 +616,7 @@ class OpenAIEngine:
         self.in_flight_seconds = 0.0  # integral of requests in flight over time (mean concurrency = / wall)
         self._retries_unlogged: dict[str, int] = {}
         self._retries_logged_at = time.monotonic()
+        self._body_around = _body_around(self.decoding)
 
     def __repr__(self) -> str:
         return f"OpenAIEngine(servers={self.servers!r}, model={self.decoding.model!r})"
@@ -613,6 +642,9 @@ class OpenAIEngine:
             raise ValueError(f"request {request.key!r} asks for {len(request.sample_keys)} samples but the engine "
                              "decodes greedily (temperature 0): every sample would be the same response")
         messages = openai_messages(request)
+        if self._body_around is not None:  # greedy: one body, the same for every request but its messages
+            prefix, suffix = self._body_around
+            return [(None, prefix + json.dumps(messages, ensure_ascii=False).encode("utf-8") + suffix)]
         keys: tuple[str | None, ...] = request.sample_keys or (None,)
         return [(k, json.dumps(request_body(messages, self.decoding, k if k is not None else request.key),
                                ensure_ascii=False).encode("utf-8")) for k in keys]
@@ -633,26 +665,26 @@ class OpenAIEngine:
             if self.pacer is not None:
                 await self.pacer.wait()
             try:
-                async with session.post(endpoint, data=body, headers={"Content-Type": "application/json"}) as resp:
+                async with session.post(endpoint, data=body) as resp:  # Content-Type: the session's
                     status = resp.status
-                    text = await resp.text()
                     if status == 200:
-                        try:
-                            result = parse_completion(json.loads(text), sample_key)
+                        try:  # JSON is UTF-8 (RFC 8259; json.loads reads UTF-16/32 too): no charset lookup
+                            result = parse_completion(json.loads(await resp.read()), sample_key)
                             if self.pacer is not None:
                                 self.pacer.spent(result.prompt_tokens + result.generated_tokens)
                             return result
-                        except ValueError as err:  # MalformedResponse, or not JSON at all
+                        except ValueError as err:  # MalformedResponse, or not JSON (or not text) at all
                             problem = self._scrub(f"an answer that is not a chat completion ({err})")[:500]
-                    elif status in REFUSED_STATUSES:
-                        raise _Refused(server_message(status, text, self._api_key))
-                    elif status in RETRY_STATUSES:
-                        problem = server_message(status, text, self._api_key)
+                    else:
+                        message = server_message(status, await resp.text(errors="replace"), self._api_key)
+                        if status in REFUSED_STATUSES:
+                            raise _Refused(message)
+                        if status not in RETRY_STATUSES:  # 401/403 (key), 404 (URL or model), 422 (a field it
+                            # does not take): every request fails
+                            raise EngineUnavailable(f"engine server {url} answered {message}; check "
+                                                    "engine_base_url, engine_api_key_env and model_name_or_path")
+                        problem = message
                         delay = retry_after_seconds(resp.headers.get("Retry-After"))
-                    else:  # 401/403 (key), 404 (URL or model), 422 (a field it does not take): every request fails
-                        raise EngineUnavailable(f"engine server {url} answered "
-                                                f"{server_message(status, text, self._api_key)}; check "
-                                                "engine_base_url, engine_api_key_env and model_name_or_path")
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
                 error = err
                 problem = _describe(err, self._api_key)
@@ -803,7 +835,8 @@ class OpenAIEngine:
         # One connection per request in flight to each server; DNS cached; the key in the session's headers only.
         connector = aiohttp.TCPConnector(limit=self.max_concurrency, limit_per_host=self.max_concurrency,  # auto: MAX
                                          ttl_dns_cache=300)
-        return aiohttp.ClientSession(connector=connector, headers=_headers(self._api_key),
+        return aiohttp.ClientSession(connector=connector,
+                                     headers={**_headers(self._api_key), "Content-Type": "application/json"},
                                      timeout=aiohttp.ClientTimeout(total=self.timeout_seconds))
 
     async def _call(self, session, job: tuple[str, bytes, str | None], on_retry: Callable[[str], None]

@@ -108,6 +108,8 @@ def _response(answer) -> web.Response:
     status, payload, headers = answer
     if isinstance(payload, (dict, list)):
         return web.json_response(payload, status=status, headers=headers)
+    if isinstance(payload, bytes):  # sent as they are: bytes that are no text at all
+        return web.Response(status=status, body=payload, headers=headers)
     return web.Response(status=status, text=str(payload), headers=headers)
 
 

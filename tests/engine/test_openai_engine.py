@@ -76,6 +76,20 @@ def test_greedy_pins_every_sampling_setting_and_sends_template_kwargs_only_when_
     assert "generation_config" not in request_body([], oe.Decoding("m", 64, server_kind="transformers"), "k")
 
 
+def test_a_greedy_body_is_byte_identical_to_encoding_the_whole_body_and_images_of_the_last_call_are_reused():
+    image = png_bytes(8, 8, 0)
+    for engine in (OpenAIEngine("http://127.0.0.1:1/v1", 'm"\u00e9\u0000', chat_template_kwargs={"t": "\u00e9"}),
+                   OpenAIEngine("http://127.0.0.1:1/v1", "m", server_kind="vllm")):
+        for question in ("what? \u00e9", "another \"one\""):
+            request = ChatRequest("q", [{"role": "user", "content": [{"type": "image"}, {"type": "text",
+                                                                                          "text": question}]}], [image])
+            whole = json.dumps(request_body(openai_messages(request), engine.decoding, "q"), ensure_ascii=False)
+            assert engine.bodies(request) == [(None, whole.encode("utf-8"))]
+    other = png_bytes(8, 8, 200)
+    assert oe.image_data_uri(other) != oe.image_data_uri(image)
+    assert oe.image_data_uri(image) == "data:image/png;base64," + __import__("base64").b64encode(image).decode()
+
+
 def test_sampling_sends_one_request_per_sample_key_with_a_seed_of_that_key():
     engine = OpenAIEngine("http://127.0.0.1:1/v1", "m", temperature=0.8, top_p=0.9, seed=7)
     request = ChatRequest("q", _image_request().messages, _image_request().images, sample_keys=("q#1", "q#2"))

@@ -79,6 +79,25 @@ def test_a_wrong_typed_first_try_is_retried_and_answered(quick_backoff):
     assert engine.stats.retries_by_cause == {"malformed": 6}
 
 
+def test_bytes_that_are_not_text_are_retried_whether_a_200_or_an_error(quick_backoff):
+    tries: dict[str, int] = {}
+
+    def reply(body, n):
+        q = json.dumps(body["messages"])
+        tries[q] = tries.get(q, 0) + 1
+        if tries[q] == 1:
+            return 200, b'{"choices": [{"message": {"content": "\xff\xfe"}}]}', {"Content-Type": "application/json"}
+        if tries[q] == 2:
+            return 503, b"overloaded \xff\xfe", {}
+        return stub_completion("4")
+
+    with StubChatServer(reply=reply) as stub:
+        engine = OpenAIEngine(stub.base_url, STUB_MODEL, max_retries=2)
+        out = [result for _, result in engine.generate(image_requests(6))]
+    assert [r.text for r in out] == ["4"] * 6 and not any(r.failed for r in out)
+    assert engine.stats.retries_by_cause == {"malformed": 6, "5xx": 6}
+
+
 def test_always_wrong_typed_is_a_failure_of_that_request_naming_the_problem(quick_backoff):
     def reply(body, n):
         if "Be brief" in _question(body):  # three requests in four
