@@ -55,7 +55,15 @@ def test_auto_reaches_a_fixed_capacity_stub_without_a_429_storm(monkeypatch):
         out = list(engine.generate(image_requests(240)))
     assert len(out) == 240 and not any(r.failed for _, r in out)
     assert engine.stats.in_flight_peak >= 16  # it went up to the server's capacity
-    assert server.rejected <= 0.05 * 240  # and not far beyond it: a few 429s at most, each halving the limit
+    # and not far beyond it: each probe one step above the knee (8) costs the 8 requests past the queue one 429
+    # each, then the limit halves; in 240 answers the controller probes once or twice (8 or 16 429s measured on an
+    # idle machine), three times at the most
+    assert server.rejected <= 3 * AdaptiveConcurrency.STEP
+
+    fixed = CapacityReply(capacity=16, seconds=0.01, queue=8)
+    with StubChatServer(reply=fixed) as stub:  # the same server flooded by a fixed limit far above its knee
+        list(OpenAIEngine(stub.base_url, STUB_MODEL, max_concurrency=64).generate(image_requests(240)))
+    assert fixed.rejected > 1.5 * server.rejected  # the storm `auto` avoids (45-56 measured against 8)
 
 
 def test_requests_per_minute_spaces_requests_and_a_rate_limited_api_sends_no_429():
