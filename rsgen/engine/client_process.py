@@ -33,9 +33,12 @@ import select
 import signal
 import stat
 import struct
+import sys
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from rsgen.interrupt import deferred
 
 _HEADER = struct.Struct("<Q")  # each message: its length, then its pickle
 WAIT_SECONDS = 0.2  # the parent waits for results this long at a time, so signal handlers run between waits
@@ -89,10 +92,16 @@ class ClientProcess:
         self.process = multiprocessing.get_context("fork").Process(
             target=_child_main, args=(open_client, call, jobs_read, results_write), name=name, daemon=True)
         try:
-            self.process.start()
+            # A SIGTERM that lands during the fork would run the stage's handler inside one of the at-fork hooks
+            # (logging's lock release), where its exception is printed and dropped: the signal lost, the run going
+            # on. Deferred, it is raised here once the child exists.
+            with deferred():
+                self.process.start()
         finally:
             os.close(jobs_read)
             os.close(results_write)
+            if self.process.pid is not None and sys.exc_info()[0] is not None:
+                self.close()  # interrupted once the child existed: it ends with its job pipe
 
     def send(self, limit: int, jobs: list[tuple[int, Any]]) -> None:
         """Hand the child `(id, job)` pairs and the most it may run at once from now on."""

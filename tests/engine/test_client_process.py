@@ -133,3 +133,38 @@ def _alive(pid: int) -> bool:
         return False
     except IndexError:
         return os.path.exists(f"/proc/{pid}")
+
+
+def test_a_sigterm_during_the_fork_is_raised_not_lost():
+    """A SIGTERM that lands while the client process is forked runs the stage's handler inside an at-fork hook
+    (logging's lock release), where an exception is printed and dropped: CI saw a SIGTERMed run go on to the end.
+    Here a hook of the test's own sends the signal at that moment; the stage must still be interrupted."""
+    script = textwrap.dedent("""
+        import os, signal
+        from rsgen import interrupt
+        from rsgen.engine.client_process import ClientProcess
+
+        def hook():
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(10000))  # Python code in the hook: the handler runs here
+
+        class Client:
+            async def close(self):
+                pass
+
+        async def open_client():
+            return Client()
+
+        async def call(client, job, report):
+            return job
+
+        os.register_at_fork(after_in_parent=hook)
+        with interrupt.interruptible():
+            try:
+                ClientProcess(open_client, call).close()
+                print("not interrupted")
+            except interrupt.Interrupted:
+                print("interrupted")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "interrupted", out.stdout + out.stderr
