@@ -2,7 +2,7 @@
 every line measured on the same held-out slice against the scene's truth, with the same training budget per
 fine-tuning.
 
-    python bench/bench_training_value.py                       # recipes/demo_iterate.yaml's 800 images, 2 rounds
+    python bench/bench_training_value.py                       # recipes/demo_iterate.yaml: 800 images, 3 rounds
     python bench/bench_training_value.py --fast                # 24 images, 1 round, 4 steps: the test's form
 
 Lines (each fine-tuning: `--steps` optimizer steps of the recipe's `iterate_train`, batch and learning rate as
@@ -30,7 +30,8 @@ pass only). Every model is measured once, by a greedy generate + verify pass on 
 judge, explore or blind check: none changes a greedy answer or the verifier's decision, and no line reads them).
 The held-out truth is `rsgen.iterate.measure`'s: greedy answers that state the scene's answer, whatever the
 verifier said. Changes are against the base, in points, with a standard error that treats the two as independent
-samples (conservative: every line answers the same questions).
+samples (conservative: every line answers the same questions) and the paired one, from the per-question
+differences (`paired_se`).
 
 The table goes to OUTPUT_DIR/training_value.txt and, with the held-out size, commit, date, wall time and load, to
 OUTPUT_DIR/round0/training_value.json; round 0's dataset (the data the table is about) is then emitted again, and
@@ -44,6 +45,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import shutil
 import time
@@ -121,15 +123,29 @@ def _se_change(now: dict, base: dict) -> str:
     return change_text(rate_change(now, base))
 
 
+def paired_se(now: dict, base: dict) -> float | None:
+    """The standard error, in points, of the change in the held-out truth rate between two models that answered the
+    same questions (`right_ids`: the ids they got right): the spread of the per-question differences, so the
+    questions both get right or both miss cancel out. None without the ids."""
+    if "right_ids" not in now or "right_ids" not in base or base["qa"] < 2:
+        return None
+    n, right_now, right_base = base["qa"], set(now["right_ids"]), set(base["right_ids"])
+    gained, lost = len(right_now - right_base), len(right_base - right_now)
+    return 100 * math.sqrt((gained + lost - (gained - lost) ** 2 / n) / (n * (n - 1)))
+
+
 def training_value_table(lines: list[tuple[str, str, int, dict]], base: dict, sft_rows: str, one_round: bool) -> str:
     header = (f"{'line':<34} {'fine-tuned on':>22} {'steps':>6} {'held-out verifier':>18} "
-              f"{'held-out truth':>15} {'truth vs base':>14}")
+              f"{'held-out truth':>15} {'truth vs base':>14} {'paired se':>10}")
     out = [header, "-" * len(header)]
     for name, rows, steps, held in lines:
+        paired = None if held is base else paired_se(held, base)
         out.append(f"{name:<34} {rows:>22} {steps:>6} {held['verifier_rate']:>18.1%} {held['truth_rate']:>15.1%} "
-                   f"{_se_change(held, base) if held is not base else '-':>14}")
+                   f"{_se_change(held, base) if held is not base else '-':>14} "
+                   f"{'-' if paired is None else f'{paired:.1f}':>10}")
     out.append(f"held out: {base['qa']} QA pairs (the same slice on every line); truth = greedy answers that state "
-               "the scene's answer; truth vs base in points ± se")
+               "the scene's answer; truth vs base in points ± se (independent samples); paired se: the same, from "
+               "the per-question differences")
     out.append(f"ReST-EM, STaR and DPO fine-tune on iterate_sft_rows: {sft_rows}"
                + ("; with one round STaR is the ReST-EM run (both fine-tune the base on round 0's rows)"
                   if one_round else ""))
@@ -256,7 +272,8 @@ class Lines:
     def measure(self, name: str, model: str) -> dict:
         """`model`'s greedy answers on the held-out slice, verified and graded against the scene (measure_round's
         `held_out`); judge, explore and blind check off."""
-        from rsgen.iterate.measure import measure_round
+        from rsgen.demo.truth import grade_demo_run
+        from rsgen.iterate.measure import demo_source, measure_round
 
         record_path = self.out / "measure" / f"{name}.json"
         if record_path.exists():
@@ -264,6 +281,9 @@ class Lines:
         started = time.perf_counter()
         run = self.pipeline(f"measure/{name}", model, "held_out", judge=False, explore_samples=0, blind_check="off")
         held = measure_round(run, set())["train"]  # the run's pool is the held-out slice: none of it in `held_out`
+        source = demo_source(run)
+        held["right_ids"] = sorted(pair.qa_id for pair in grade_demo_run(run.output_dir, source.demo_num_images,
+                                                                          source.demo_seed) if pair.right)
         held["seconds"] = round(time.perf_counter() - started, 1)
         self._spent("held-out measurements", started)
         record_path.parent.mkdir(parents=True, exist_ok=True)
@@ -289,21 +309,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(RECIPE))
     parser.add_argument("--output-dir", default="runs/training_value")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=None, help="ReST-EM and STaR rounds (default: the recipe's "
+                        "iterate_rounds, 3)")
+    # 64: about the recipe's own budget for round 0's 533 accepted rows (2 epochs at batch 16: 68 steps).
     parser.add_argument("--steps", type=int, default=64, help="optimizer steps of every fine-tuning (max_steps)")
     parser.add_argument("--num-images", type=int, default=None, help="demo pool images (default: the recipe's)")
     parser.add_argument("--fast", action="store_true", help="24 images, 1 round, 4 steps: the test's form")
     args = parser.parse_args(argv)
     if args.fast:
         args.num_images, args.rounds, args.steps = 24, 1, 4
-    if args.rounds < 1 or args.steps < 1:
-        parser.error("--rounds and --steps must be at least 1")
 
     from rsgen.config import load_recipe
     from rsgen.iterate.train import DPO, sft_training_rows, training_rows
     from rsgen.layout import OutputLayout
 
+    commit = _commit()  # what is measured: the checkout as the run starts
     recipe = load_recipe(args.config, {})
+    args.rounds = recipe.iterate_rounds if args.rounds is None else args.rounds
+    if args.rounds < 1 or args.steps < 1:
+        parser.error("--rounds and --steps must be at least 1")
     if args.num_images:
         recipe.sources[0].demo_num_images = args.num_images
     recipe = dataclasses.replace(recipe, iterate_train={**(recipe.iterate_train or {}), "max_steps": args.steps},
@@ -349,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     table = training_value_table(lines, base, sft_rows, args.rounds == 1)
     seconds = time.perf_counter() - started
     write_table(out / "training_value.txt", table, started)
-    record = training_value_record(lines, base, table, seconds, argv, len(runs.held_out))
+    record = training_value_record(lines, base, table, seconds, argv, len(runs.held_out), commit)
     (out / "round0" / "training_value.json").write_text(json.dumps(record, indent=2) + "\n")
     # Round 0's dataset is the data the table is about: emitted again, its card shows the table.
     from rsgen.emit import run_emit
@@ -360,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def training_value_record(lines, base: dict, table: str, seconds: float, argv, images: int) -> dict:
+def training_value_record(lines, base: dict, table: str, seconds: float, argv, images: int, commit: str) -> dict:
     """training_value.json: what the card's section shows (rsgen.emit.card_tables.training_value_figures)."""
     import datetime
     import sys
@@ -373,13 +397,14 @@ def training_value_record(lines, base: dict, table: str, seconds: float, argv, i
                 "verifier_rate": held["verifier_rate"], "truth_rate": held["truth_rate"],
                 # Unrounded: the card rounds as the printed table does (one decimal), never twice.
                 "truth_change_points": None if change is None else change[0],
-                "truth_change_se": None if change is None else change[1]}
+                "truth_change_se": None if change is None else change[1],
+                "truth_change_paired_se": None if held is base else paired_se(held, base)}
 
     return {"version": 1, "held_out": {"images": images, "qa": base["qa"]},
             "lines": [line(*entry) for entry in lines],
             "notes": table.splitlines()[-2:],
             "command": " ".join(["python bench/bench_training_value.py", *(sys.argv[1:] if argv is None else argv)]),
-            "commit": _commit(),
+            "commit": commit,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "wall_seconds": round(seconds), "load_average": [round(x, 1) for x in os.getloadavg()]}
 

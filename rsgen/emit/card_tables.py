@@ -413,7 +413,7 @@ def iterate_figures(stats: dict[str, Any]) -> dict[str, Any] | None:
 
 TRAINING_VALUE_KEYS = ("lines", "held_out", "command", "commit", "date", "wall_seconds", "load_average", "notes")
 TRAINING_VALUE_LINE_KEYS = ("line", "fine_tuned_on", "steps", "verifier_rate", "truth_rate", "truth_change_points",
-                            "truth_change_se")
+                            "truth_change_se", "truth_change_paired_se")
 
 
 def training_value_figures(stats: dict[str, Any], where: str = "stats.json's training_value") -> dict[str, Any] | None:
@@ -441,11 +441,15 @@ def training_value_figures(stats: dict[str, Any], where: str = "stats.json's tra
             return "–"
         return f"{line['truth_change_points']:+.1f} ± {line['truth_change_se']:.1f}"
 
+    def paired(line: dict[str, Any]) -> str:
+        return "–" if line["truth_change_paired_se"] is None else f"{line['truth_change_paired_se']:.1f}"
+
     rows = [[line["line"], line["fine_tuned_on"], _n(line["steps"]), _pct(line["verifier_rate"]),
-             _pct(line["truth_rate"]), change(line)] for line in value["lines"]]
+             _pct(line["truth_rate"]), change(line), paired(line)] for line in value["lines"]]
     return {
         "table": _table(["line", "fine-tuned on", "optimizer steps", "held-out accept (verifier)",
-                         "held-out right by the scene", "right by the scene vs base (points ± se)"], rows),
+                         "held-out right by the scene", "right by the scene vs base (points ± se)", "paired se"],
+                        rows),
         "held_out_qa": _n(value["held_out"]["qa"]),
         "held_out_images": _n(value["held_out"]["images"]),
         "command": value["command"],

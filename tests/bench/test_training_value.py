@@ -14,7 +14,7 @@ LINES = ["base", "SFT, official answers", "SFT, accepted RS_think (1 round)", "R
          "STaR (1 round, from previous)", "STaR round 1 + DPO (on-policy)"]
 
 
-@pytest.mark.slow  # 146 s on the 2-core machine at load 7-8 (OMP_NUM_THREADS=1)
+@pytest.mark.slow  # 45 s on the 2-core machine at load 7 (OMP_NUM_THREADS=1)
 def test_the_fast_table_has_every_line_on_one_held_out_slice(tmp_path):
     out = tmp_path / "tv"
     table = run_fast_bench("bench_training_value.py", out, "training_value.txt")

@@ -21,20 +21,20 @@ sys.path.insert(0, str(ROOT / "bench"))
 SECTION = "## What the data is worth"
 
 
-def _held(qa: int, right: int, verifier: int) -> dict:
-    return {"qa": qa, "truth_rate": right / qa, "verifier_rate": verifier / qa}
+def _held(qa: int, right: range, verifier: int) -> dict:
+    return {"qa": qa, "truth_rate": len(right) / qa, "verifier_rate": verifier / qa, "right_ids": list(right)}
 
 
 def small_table() -> dict:
     """The bench's own record (`training_value_record`) of a small made-up table of three lines."""
     from bench_training_value import training_value_record, training_value_table
 
-    base = _held(400, 100, 60)
+    base = _held(400, range(100), 60)
     lines = [("base", "-", 0, base),
-             ("SFT, official answers", "1800 pairs", 64, _held(400, 80, 50)),
-             ("STaR round 1 + DPO (on-policy)", "533 + 612 DPO pairs", 128, _held(400, 130, 72))]
+             ("SFT, official answers", "1800 pairs", 64, _held(400, range(80), 50)),  # lost 20 of the base's
+             ("STaR round 1 + DPO (on-policy)", "533 + 612 DPO pairs", 128, _held(400, range(50, 180), 72))]
     table = training_value_table(lines, base, "accepted", one_round=False)
-    return training_value_record(lines, base, table, 754.0, ["--num-images", "400"], 100)
+    return training_value_record(lines, base, table, 754.0, ["--num-images", "400"], 100, "abc1234")
 
 
 def test_the_card_shows_the_measured_table_with_its_size_commit_and_date(tmp_path):
@@ -47,13 +47,14 @@ def test_the_card_shows_the_measured_table_with_its_size_commit_and_date(tmp_pat
     assert json.loads(layout.stats_json.read_text())["training_value"] == value
     assert SECTION in card, "the card lacks the section of what the data is worth"
     section = card.split(SECTION, 1)[1].split("\n## ", 1)[0]
-    assert ("Measured by `python bench/bench_training_value.py --num-images 400` (commit "
-            f"`{value['commit']}`, {value['date']}; 12.6 minutes at load average ") in section
+    assert ("Measured by `python bench/bench_training_value.py --num-images 400` (commit `abc1234`, "
+            f"{value['date']}; 12.6 minutes at load average ") in section
     assert "same held-out slice of 400 QA pairs (100 images no line trained on)" in section
     rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
-    assert rows == ["| base | - | 0 | 15.0% | 25.0% | – |",
-                    "| SFT, official answers | 1800 pairs | 64 | 12.5% | 20.0% | -5.0 ± 2.9 |",
-                    "| STaR round 1 + DPO (on-policy) | 533 + 612 DPO pairs | 128 | 18.0% | 32.5% | +7.5 ± 3.2 |"]
+    # paired se: 20 lost of 400 -> sqrt((20 - 20**2/400) / (400 * 399)) = 1.1 points; 80 gained and 50 lost -> 2.8
+    assert rows == ["| base | - | 0 | 15.0% | 25.0% | – | – |",
+                    "| SFT, official answers | 1800 pairs | 64 | 12.5% | 20.0% | -5.0 ± 2.9 | 1.1 |",
+                    "| STaR round 1 + DPO (on-policy) | 533 + 612 DPO pairs | 128 | 18.0% | 32.5% | +7.5 ± 3.2 | 2.8 |"]
     for note in value["notes"]:
         assert note in section
     # `rsgen card` re-renders from stats.json alone: the same section.
