@@ -345,7 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     accepted = model1 if sft_rows == "accepted" else runs.train(
         "accepted", base_model, sft_training_rows(round0_dataset, runs.held_out, "accepted"))
     dpo_recipe = dataclasses.replace(recipe, iterate_dpo={**DPO_ARGS, "max_steps": args.steps})
-    dpo = runs.train("dpo", model1["model"], training_rows(round0_dataset, runs.held_out, DPO), DPO, dpo_recipe)
+    pairs = training_rows(round0_dataset, runs.held_out, DPO)
+    if not pairs:
+        raise SystemExit(f"round 0 ({out / 'round0'}) has no _dpo_onpolicy pair in the training slice: the DPO line "
+                         "needs the explore pass's pairs (explore_samples, views with dpo_onpolicy)")
+    dpo = runs.train("dpo", model1["model"], pairs, DPO, dpo_recipe)
 
     # Rounds 2..R: ReST-EM fine-tunes the base, STaR the model before, on the rows of the model before; round 1's
     # model is the same for both, so is its run on the training slice.

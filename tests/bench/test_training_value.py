@@ -4,6 +4,8 @@ one table, every line measured on the same held-out slice, each fine-tuning held
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,26 @@ def test_the_fast_table_has_every_line_on_one_held_out_slice(tmp_path):
     assert "## What the data is worth" in card
     for name in LINES:
         assert f"| {name} |" in card, name
+
+
+def test_the_docs_full_table_is_the_benchs_own_and_its_prose_quotes_it():
+    """docs/iterate.md's table at the recipe's size is in the bench's form (its header), each change is the line's
+    truth less the base's, and every change ± paired se its prose states is one of the table's lines (a figure
+    typed by hand, or left behind by a re-measured table, fails)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_training_value import training_value_table
+
+    docs = (ROOT / "docs" / "iterate.md").read_text()
+    section = docs.split("## What the data is worth: one table", 1)[1].split("\n## ", 1)[0]
+    block = next(b for b in re.findall(r"^```[a-z]*\n(.*?)^```", section, flags=re.M | re.S) if "held out: 800 QA" in b)
+    base = {"qa": 800, "verifier_rate": 0.1, "truth_rate": 0.2}
+    assert block.splitlines()[0] == training_value_table([("base", "-", 0, base)], base, "accepted", False).splitlines()[0]
+    rows = [re.split(r"\s{2,}", line.strip()) for line in block.splitlines()[2:-2]]
+    assert [row[0] for row in rows] == [LINES[0], LINES[1], LINES[2], "ReST-EM (3 rounds, from base)",
+                                        "STaR (3 rounds, from previous)", LINES[5]]
+    base_truth = float(rows[0][4].rstrip("%"))
+    prose = " ".join(section.replace("−", "-").split())
+    for row in rows[1:]:
+        change, paired = row[5].split(" ± ")[0], row[6]
+        assert abs(float(change) - (float(row[4].rstrip("%")) - base_truth)) <= 0.11, row
+        assert f"{change} ± {paired}" in prose, row

@@ -48,7 +48,7 @@ def test_the_card_shows_the_measured_table_with_its_size_commit_and_date(tmp_pat
     assert SECTION in card, "the card lacks the section of what the data is worth"
     section = card.split(SECTION, 1)[1].split("\n## ", 1)[0]
     assert ("Measured by `python bench/bench_training_value.py --num-images 400` (commit `abc1234`, "
-            f"{value['date']}; 12.6 minutes at load average ") in section
+            f"{value['date']}; 12.6 minutes; load average ") in section
     assert "same held-out slice of 400 QA pairs (100 images no line trained on)" in section
     rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
     # paired se: 20 lost of 400 -> sqrt((20 - 20**2/400) / (400 * 399)) = 1.1 points; 80 gained and 50 lost -> 2.8
