@@ -62,10 +62,8 @@ def test_the_card_shows_the_measured_table_with_its_size_commit_and_date(tmp_pat
     assert section in (layout.dataset / "README.md").read_text()
 
 
-def test_a_run_without_the_table_has_no_section(tmp_path):
-    write_scripted_run(tmp_path)
-    run_emit(scripted_recipe(tmp_path))
-    layout = OutputLayout(tmp_path)
+def test_a_run_without_the_table_has_no_section(emitted_run):
+    layout = OutputLayout(emitted_run[0])
     assert SECTION not in (layout.dataset / "README.md").read_text()
     assert "training_value" not in json.loads(layout.stats_json.read_text())
 
