@@ -164,8 +164,8 @@ def _steps(*trainings: dict) -> int:
 
 def split_pool(prepared: Path, held_out: set[str], train: Path, measured: Path) -> None:
     """The prepared pool `prepared` split by image into two finished pools: `train` (images not held out) and
-    `measured` (the held-out images), each with the same rows, order and prepare report (fingerprint included, so
-    a run's prepare stage reuses it), the report's counts being the slice's and `slice` saying which."""
+    `measured` (the held-out images), each with the same rows, order and recipe fingerprint (so a run's prepare
+    stage reuses it) and a report of its own (`slice_report`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -185,10 +185,33 @@ def split_pool(prepared: Path, held_out: set[str], train: Path, measured: Path) 
         partial.mkdir(parents=True)
         shard = "data-00000-of-00001.parquet"
         pq.write_table(part.cast(schema), partial / shard)
-        pairs = sum(len(qa) for qa in part.column("qa").to_pylist())
-        sliced = {**report, "slice": name, "rows": part.num_rows, "kept_qa_pairs": pairs, "shards": [shard]}
-        (partial / "prepare_report.json").write_text(json.dumps(sliced, indent=2) + "\n")
+        sliced = slice_report(report, part.column("family").to_pylist(), [len(qa) for qa in part.column("qa").to_pylist()],
+                              f"{name}: {part.num_rows} of the {table.num_rows} images of {prepared}, split by image by "
+                              "bench/bench_training_value.py; the cleaning before the split is that pool's "
+                              "prepare_report.json")
+        (partial / "prepare_report.json").write_text(json.dumps({**sliced, "shards": [shard]}, indent=2) + "\n")
         partial.replace(target)
+
+
+def slice_report(report: dict, families: list[str], pairs: list[int], what: str) -> dict:
+    """The prepare report of a slice of a one-source pool (rows' `families`, QA `pairs` per row): its own rows and
+    QA pairs, all read from the prepared pool and kept (its cards then count what it holds, not the whole pool's
+    pairs beside its own); `slice` says where it comes from. The recipe fingerprint, policy and steps are the pool's."""
+    if len(report.get("sources", [])) != 1:
+        raise SystemExit("bench_training_value splits a pool of one source (the demo pool's)")
+    none = {"dropped_qa_pairs": 0, "merged_qa_pairs": 0, "dropped": {}, "merged": {}, "converted": {}}
+    per_family: dict[str, list[int]] = {}
+    for family, n in zip(families, pairs):
+        per_family.setdefault(family, [0, 0])
+        per_family[family][0] += 1
+        per_family[family][1] += n
+    total = sum(pairs)
+    return {**report, "slice": what, "rows": len(families), "input_qa_pairs": total, "kept_qa_pairs": total, **none,
+            "examples": {}, "images": {"checked": total, "dropped": {}, "converted": {}},
+            "families": {f: {"rows": rows, "input_qa_pairs": n, "kept_qa_pairs": n, **none}
+                         for f, (rows, n) in sorted(per_family.items())},
+            "sources": [{**report["sources"][0], "source_rows": total, "input_qa_pairs": total, "kept_qa_pairs": total,
+                         **none}]}
 
 
 class Lines:

@@ -33,6 +33,12 @@ def test_the_fast_table_has_every_line_on_one_held_out_slice(tmp_path):
     assert images(out / "pools" / "held_out") == held
     assert held.isdisjoint(images(out / "pools" / "train"))
     assert images(out / "pools" / "train") | held == images(out / "pool" / "prepared")
+    # Each slice's report counts its own rows and pairs (its runs' cards show what it holds).
+    for name in ("train", "held_out"):
+        report = json.loads((out / "pools" / name / "prepare_report.json").read_text())
+        pool = PreparedPool(sorted((out / "pools" / name).glob("*.parquet")))
+        assert report["rows"] == len(pool) and report["slice"].startswith(name)
+        assert report["kept_qa_pairs"] == report["input_qa_pairs"] == sum(map(len, pool.column("qa")))
     for name in ("base", "official", "accepted", "rest_em", "star", "dpo"):
         assert set(open_prepared(out / "measure" / name).column("image_sha256")) == held, name
     measured = {json.loads(p.read_text())["qa"] for p in (out / "measure").glob("*.json")}
