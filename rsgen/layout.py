@@ -94,6 +94,12 @@ class OutputLayout:
         return self.root / "iterate.json"
 
     @property
+    def training_value(self) -> Path:
+        """What the run's data is worth, measured by bench/bench_training_value.py (which writes it into its round 0
+        run): when present, emit puts it in stats.json and the card shows it ("What the data is worth")."""
+        return self.root / "training_value.json"
+
+    @property
     def held_out_images(self) -> Path:
         """The image sha256s of the held-out slice, one a line (fixed when the loop starts)."""
         return self.root / "held_out_images.txt"

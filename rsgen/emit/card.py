@@ -44,6 +44,7 @@ from rsgen.emit.card_tables import (
     spot_checks,
     tokens_table,
     training_figures,
+    training_value_figures,
 )
 from rsgen.emit.plots import (
     ITERATE_PLOT_NAME,
@@ -135,7 +136,9 @@ def card_context(stats: dict[str, Any], dataset_dir: Path) -> dict[str, Any]:
     summary_table, empty_configs}], plot_name, gen (stats.generation), chat_template_kwargs, tokens_table,
     wall_times [(stage, seconds)], wall_total, verifiers [{name, families}], judge_counts, calibration, gate,
     judge_table, spot_checks, explore {table, histogram, plot_name} or None, iterate {rounds, base_model,
-    from_base, dpo, held_out_images, held_out_fraction, rounds_table, family_table, plot_name, stopped} or None, training {repo, family}, examples
+    from_base, dpo, held_out_images, held_out_fraction, rounds_table, family_table, plot_name, stopped} or None,
+    training_value {table, held_out_qa, held_out_images, command, commit, date, wall_minutes, load, notes} or None,
+    training {repo, family}, examples
     [{family, config, rows}], cleaning {policy_version, steps, report, pool}, license_other.
 
     Building it writes the example images into `dataset_dir/assets/`."""
@@ -168,6 +171,7 @@ def card_context(stats: dict[str, Any], dataset_dir: Path) -> dict[str, Any]:
         "explore": explore_figures(stats),
         "iterate": iterate_figures(stats),
         "training": training_figures(stats),
+        "training_value": training_value_figures(stats),
         "examples": examples(stats, dataset_dir),
         "cleaning": cleaning_figures(stats),
         "blind": blind_figures(stats),

@@ -11,6 +11,7 @@ from typing import Any
 
 from rsgen.emit.card_header import DERIVED_LICENSE_NAME
 from rsgen.emit.plots import ITERATE_PLOT_NAME, PASS_RATE_PLOT_NAME
+from rsgen.emit.splits import EmitError
 
 # ------------------------------------------------------------------------------------------------ helpers
 
@@ -407,4 +408,54 @@ def iterate_figures(stats: dict[str, Any]) -> dict[str, Any] | None:
                                            for r in rounds)] for family in families]),
         "plot_name": ITERATE_PLOT_NAME,
         "stopped": it.get("stopped"),
+    }
+
+
+TRAINING_VALUE_KEYS = ("lines", "held_out", "command", "commit", "date", "wall_seconds", "load_average", "notes")
+TRAINING_VALUE_LINE_KEYS = ("line", "fine_tuned_on", "steps", "verifier_rate", "truth_rate", "truth_change_points",
+                            "truth_change_se", "truth_change_paired_se")
+
+
+def training_value_figures(stats: dict[str, Any], where: str = "stats.json's training_value") -> dict[str, Any] | None:
+    """bench/bench_training_value.py's table ("What the data is worth"): every line's held-out verifier rate, rate
+    right by the scene and change against the base, the held-out size, and the command, commit, date, wall time and
+    load it was measured with (None without it). A table missing any of these is an EmitError: the card shows a
+    measured table whole or not at all."""
+    value = stats.get("training_value")
+    if value is None:
+        return None
+    missing = [key for key in TRAINING_VALUE_KEYS if not isinstance(value, dict) or key not in value]
+    lines = value.get("lines") if isinstance(value, dict) else None
+    if not missing and (not isinstance(lines, list) or not lines):
+        missing = ["lines (at least one)"]
+    for i, line in enumerate(lines if not missing else []):
+        missing += [f"lines[{i}].{key}" for key in TRAINING_VALUE_LINE_KEYS if not isinstance(line, dict) or key not in line]
+    if not missing and not {"qa", "images"} <= set(value["held_out"] or {}):
+        missing = ["held_out.qa / held_out.images"]
+    if missing:
+        raise EmitError(f"{where}: the table of what the data is worth lacks {', '.join(missing)}; it is written by "
+                        "bench/bench_training_value.py (rerun it, or remove the file)")
+
+    def change(line: dict[str, Any]) -> str:
+        if line["truth_change_points"] is None:
+            return "–"
+        return f"{line['truth_change_points']:+.1f} ± {line['truth_change_se']:.1f}"
+
+    def paired(line: dict[str, Any]) -> str:
+        return "–" if line["truth_change_paired_se"] is None else f"{line['truth_change_paired_se']:.1f}"
+
+    rows = [[line["line"], line["fine_tuned_on"], _n(line["steps"]), _pct(line["verifier_rate"]),
+             _pct(line["truth_rate"]), change(line), paired(line)] for line in value["lines"]]
+    return {
+        "table": _table(["line", "fine-tuned on", "optimizer steps", "held-out accept (verifier)",
+                         "held-out right by the scene", "right by the scene vs base (points ± se)", "paired se"],
+                        rows),
+        "held_out_qa": _n(value["held_out"]["qa"]),
+        "held_out_images": _n(value["held_out"]["images"]),
+        "command": value["command"],
+        "commit": value["commit"],
+        "date": value["date"],
+        "wall_minutes": f"{value['wall_seconds'] / 60:.1f}",
+        "load": " / ".join(f"{x:.1f}" for x in value["load_average"]),
+        "notes": value["notes"],
     }

@@ -30,6 +30,7 @@ from rsgen.config import RecipeConfig
 from rsgen.decisions import decided_records
 from rsgen.emit.card import check_template, write_card
 from rsgen.emit.card_header import default_config
+from rsgen.emit.card_tables import training_value_figures
 from rsgen.emit.splits import (
     EmitError,
     FamilyRouting,
@@ -239,6 +240,18 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
+def read_training_value(path: Path) -> dict[str, Any]:
+    """OUTPUT_DIR/training_value.json (bench/bench_training_value.py's table), checked whole before any card is
+    written: a file that is not its JSON is an EmitError naming what is wrong."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise EmitError(f"{str(path)!r} is not readable JSON ({err}); rerun bench/bench_training_value.py or remove "
+                        "it") from None
+    training_value_figures({"training_value": value}, where=str(path))
+    return value
+
+
 def load_work(recipe: RecipeConfig) -> WorkRecords:
     """The generate (with verify's decisions), judge (and explore) work of the recipe's output directory, as emit
     routes it."""
@@ -276,6 +289,8 @@ def run_emit(recipe: RecipeConfig, state=None, *, work: WorkRecords | None = Non
         check_hub_access(recipe)
     check_template(recipe.card_template)
     layout = OutputLayout(recipe.output_dir)
+    # Checked before anything is written: the card shows a measured table whole or not at all.
+    training_value = read_training_value(layout.training_value) if layout.training_value.is_file() else None
     prepared = open_prepared(recipe.output_dir)
     if work is not None:
         families, outside = _write_dataset(recipe, prepared, work)
@@ -298,6 +313,8 @@ def run_emit(recipe: RecipeConfig, state=None, *, work: WorkRecords | None = Non
     # exactly when the recipe has blind_check: off)
     if (work.blind is None) if work is not None else recipe.blind_check == "off":
         stats["blind_check"] = "off"
+    if training_value is not None:
+        stats["training_value"] = training_value
 
     partial = layout.dataset_partial
     write_card(stats, partial)
