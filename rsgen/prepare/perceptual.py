@@ -326,26 +326,33 @@ def _cells(tiny: np.ndarray) -> np.ndarray:
 
 
 def _aligned(tiny_a: np.ndarray, tiny_b: np.ndarray, ratio: np.ndarray) -> np.ndarray:
-    """`gate` for pairs whose shapes differ: the best of the four starts."""
+    """`gate` for pairs whose shapes differ: the best of the four starts.
+
+    `_starts`, vectorised. In each start one image is cut along one axis and the other is whole. Of a pair, one
+    image is the one cut in x (where a is relatively taller, b) and the other the one cut in y, each against the
+    other whole, as cells. The cut one has its other axis paired into cells and the cut axis averaged over the kept
+    part at either end: one matrix product a pair, both starts at once ((2 x GATE_CELLS, TINY) weights against
+    (TINY, GATE_CELLS x 3)), with the data laid out so that every array's last axes are contiguous; the largest
+    cell difference does not depend on the orientation, so the cells are compared as they come. (~1.5x cheaper
+    than products per channel and start, with each pair's orientation chosen by np.where after computing both.)"""
     k = len(ratio)
     kept = np.where(ratio < 1, ratio, 1 / ratio)
-    # `_starts`, vectorised. In each start one image is cut along one axis and the other is whole: the whole one as
-    # cells; the cut one with its other axis paired into cells and the cut axis averaged over the kept part at
-    # either end. Where the cut runs along y both are transposed, so that it always runs along the last axis.
-    wide = (ratio < 1)[:, None, None, None]  # a relatively taller: b cut in x (starts 0, 1) or a cut in y (2, 3)
-    planes = [t.reshape(k, TINY, TINY, 3).transpose(0, 3, 1, 2).astype(np.float32) for t in (tiny_a, tiny_b)]
-    rows_paired = [(p[:, :, 0::2] + p[:, :, 1::2]) / 2 for p in planes]  # for a cut along x
-    columns_paired = [(p[..., 0::2] + p[..., 1::2]).swapaxes(2, 3) / 2 for p in planes]  # for a cut along y
-    cells = [(r[..., 0::2] + r[..., 1::2]) / 2 for r in rows_paired]
+    wide = (ratio < 1)[:, None, None, None]
+    a, b = tiny_a.reshape(k, TINY, TINY, 3), tiny_b.reshape(k, TINY, TINY, 3)  # [y, x, channel]
+    cut_x, cut_y = np.where(wide, b, a).astype(np.float32), np.where(wide, a, b).astype(np.float32)
+    rows = (cut_x[:, 0::2] + cut_x[:, 1::2]) / 2  # (k, GATE_CELLS, TINY, 3): rows paired (exact: halves)
+    columns = (cut_y[:, :, 0::2] + cut_y[:, :, 1::2]) / 2  # (k, TINY, GATE_CELLS, 3)
+    cells_x = (rows[:, :, 0::2] + rows[:, :, 1::2]) / 2  # (k, GATE_CELLS, GATE_CELLS, 3)
+    cells_y = (columns[:, 0::2] + columns[:, 1::2]) / 2
     offsets = np.stack([np.zeros(k), 1.0 - kept], axis=1)  # (k, 2): the kept part at one end, at the other
-    weights = _cell_weights(offsets * TINY, (offsets + kept[:, None]) * TINY).astype(np.float32)  # (k, 2, G, TINY)
-    worst = []
-    for whole, cut, cut_in_x in ((0, 1, wide), (1, 0, ~wide)):
-        reference = np.where(cut_in_x, cells[whole], cells[whole].swapaxes(2, 3))
-        averaged = (np.where(cut_in_x, rows_paired[cut], columns_paired[cut])[:, None]
-                    @ weights[:, :, None].swapaxes(-1, -2))
-        worst.append(np.abs(averaged - reference[:, None]).max(axis=(2, 3, 4)))  # (k, 2)
-    return np.minimum(*worst).min(axis=1)
+    weights = _cell_weights(offsets * TINY, (offsets + kept[:, None]) * TINY).astype(np.float32).reshape(
+        k, 2 * GATE_CELLS, TINY)
+    shape = (k, 2, GATE_CELLS, GATE_CELLS, 3)
+    averaged_x = (weights @ rows.transpose(0, 2, 1, 3).reshape(k, TINY, -1)).reshape(shape)  # [start, x, y, c]
+    averaged_y = (weights @ columns.reshape(k, TINY, -1)).reshape(shape)  # [start, y, x, c]
+    worst_x = np.abs(averaged_x - cells_y.transpose(0, 2, 1, 3)[:, None]).max(axis=(2, 3, 4))  # (k, 2)
+    worst_y = np.abs(averaged_y - cells_x[:, None]).max(axis=(2, 3, 4))
+    return np.minimum(worst_x, worst_y).min(axis=1)
 
 
 # ------------------------------------------------------------------------------------------ the index
