@@ -243,9 +243,18 @@ def compare(a: ImageSignature, b: ImageSignature) -> int | None:
     size = (THUMB, max(8, round(THUMB / a.aspect))) if a.aspect >= 1 else (max(8, round(THUMB * a.aspect)), THUMB)
     ia, ib = _view(a.thumb), _view(b.thumb)
     coarse = (max(8, size[0] // 2), max(8, size[1] // 2))  # the search runs at half size: 4x fewer pixels
+    # Samples by (image, box): a nudge moves one edge of one box, so the other image's sample is reused (half the
+    # resampling of the search), and so is every start's whole box.
+    samples: dict[tuple, np.ndarray] = {}
+
+    def sampled(which: int, box: list[float]) -> np.ndarray:
+        key = (which, *box)
+        if key not in samples:
+            samples[key] = _sample(ib if which else ia, box, coarse)
+        return samples[key]
 
     def cost(box_a, box_b):
-        return float(np.abs(_sample(ia, box_a, coarse) - _sample(ib, box_b, coarse)).mean())
+        return float(np.abs(sampled(0, box_a) - sampled(1, box_b)).mean())
 
     def solid(box_a, box_b) -> int:
         strong = np.abs(_sample(ia, box_a, size) - _sample(ib, box_b, size)).max(axis=2) > STRONG_DIFFERENCE
