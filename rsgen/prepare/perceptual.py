@@ -122,7 +122,9 @@ def content_box(pixels: np.ndarray) -> tuple[int, int, int, int]:
     that colour answers every side of every round."""
     a = np.asarray(pixels, dtype=np.uint8)
     planes = a.transpose(2, 0, 1).copy()  # contiguous planes: numpy compares them ~50x faster than along an axis of 3
-    close_to: dict[tuple, np.ndarray] = {}  # reference colour (doubled) -> map of the pixels within tolerance
+    # Reference colour (doubled) -> map of the pixels within tolerance, as float32 0/1: a line's count is a matrix
+    # product with ones (exact below 2**24), ~3x cheaper than np.count_nonzero along an axis.
+    close_to: dict[tuple, np.ndarray] = {}
     left, top, right, bottom = 0, 0, a.shape[1], a.shape[0]
     while True:
         inner = a[top:bottom, left:right]
@@ -145,10 +147,10 @@ def content_box(pixels: np.ndarray) -> tuple[int, int, int, int]:
                     hi = min(255, (twice + 2 * BORDER_TOLERANCE) // 2)
                     within = (plane - np.uint8(lo)) <= np.uint8(hi - lo)
                     close = within if close is None else close & within
-                close_to[key] = close
+                close = close_to[key] = close.astype(np.float32)
             close = close[top:bottom, left:right]
-            found[key] = (_trims(np.count_nonzero(close, axis=1) >= BORDER_UNIFORM_SHARE * width),
-                          _trims(np.count_nonzero(close, axis=0) >= BORDER_UNIFORM_SHARE * height))
+            found[key] = (_trims(close @ np.ones(width, np.float32) >= BORDER_UNIFORM_SHARE * width),
+                          _trims(np.ones(height, np.float32) @ close >= BORDER_UNIFORM_SHARE * height))
         t, b, lft, rgt = (found[tuple(doubled[0])][0][0], found[tuple(doubled[1])][0][1],
                           found[tuple(doubled[2])][1][0], found[tuple(doubled[3])][1][1])
         if (t, b, lft, rgt) == (0, 0, 0, 0) or t + b >= height - 1 or lft + rgt >= width - 1:
