@@ -17,7 +17,7 @@ by the cold run, rsgen.prepare.decontaminate.signature_cache_root, in a cache fo
 the overhead of each over the plain run (target, warm: under 20%), the evaluation images the cold run indexed per
 second of its overhead (target: >= 3x the 870 images/s one process hashed before the cache, issue #35), the
 images one process hashes per second, whether the three pools are identical (the cache changes no decision), and
-what one worker spends on a pool image without and with the evaluation index (the part no cache removes).
+the CPU time one worker spends on a pool image without and with the evaluation index (the part no cache removes).
 """
 
 from __future__ import annotations
@@ -95,9 +95,10 @@ def hashed_per_second(n: int = 200) -> float:
 
 
 def worker_cost(pool_parquet: str, index_dir: str, repeats: int = 3) -> tuple[float, float]:
-    """Seconds one worker process spends an image on the pool's images (`process_images` in batches of 32, the best
-    of `repeats`), without and with the evaluation index at `index_dir`: the pool side of decontamination, which no
-    cache removes."""
+    """CPU seconds one worker process spends an image on the pool's images (`process_images` in batches of 32, the
+    best of `repeats`), without and with the evaluation index at `index_dir`: the pool side of decontamination,
+    which no cache removes. CPU time, not wall time: on a shared machine (load 5-7 on 2 cores) the wall time of the
+    same code varied by 1.4x between consecutive runs, the CPU time by a few percent."""
     import pyarrow.parquet as pq
 
     from rsgen.prepare.images import ImageJob, process_images
@@ -112,10 +113,10 @@ def worker_cost(pool_parquet: str, index_dir: str, repeats: int = 3) -> tuple[fl
     best = {}
     for index in [None, index_dir] * repeats:
         jobs = [ImageJob("bytes", data, None, 1 << 30, 1000.0, index) for data in images]
-        start = time.perf_counter()
+        start = time.process_time()
         for i in range(0, len(jobs), 32):
             process_images(jobs[i : i + 32])
-        best[index] = min(best.get(index, float("inf")), (time.perf_counter() - start) / len(images))
+        best[index] = min(best.get(index, float("inf")), (time.process_time() - start) / len(images))
     return best[None], best[index_dir]
 
 
@@ -189,7 +190,7 @@ def main() -> None:
             print(f"cold and warm prepared pools identical: {same}")
             if costs is not None:
                 plain_cost, decon_cost = costs
-                print(f"one worker, an image of the pool: {plain_cost * 1e6:,.0f} us without decontamination, "
+                print(f"one worker, an image of the pool: {plain_cost * 1e6:,.0f} us of CPU without decontamination, "
                       f"{decon_cost * 1e6:,.0f} us with it (+{(decon_cost - plain_cost) * 1e6:,.0f} us: its "
                       "signature, the proposal, the gate, the pixel checks)")
     print()
