@@ -17,7 +17,9 @@ by the cold run, rsgen.prepare.decontaminate.signature_cache_root, in a cache fo
 the overhead of each over the plain run (target, warm: under 20%), the evaluation images the cold run indexed per
 second of its overhead (target: >= 3x the 870 images/s one process hashed before the cache, issue #35), the
 images one process hashes per second, whether the three pools are identical (the cache changes no decision), and
-what one worker spends on a pool image without and with the evaluation index (the part no cache removes).
+the CPU time one worker spends on a pool image without and with the evaluation index (the part no cache removes).
+Each run's CPU seconds (main process + image workers) are printed beside its wall time: on a shared machine the
+wall time follows the CPU a run needs in all.
 """
 
 from __future__ import annotations
@@ -55,9 +57,14 @@ def child(num_images: int, num_proc: int, source_kind: str, workdir: str, decont
         decontaminate=evaluation,
     )
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    cpu_before = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     start = time.perf_counter()
     report = run_prepare(recipe, force=True)
     seconds = time.perf_counter() - start
+    # CPU time of the main process and of the image workers (joined when prepare ends, so RUSAGE_CHILDREN has
+    # them): on a shared machine the wall time follows the CPU a run needs in all more than its critical path.
+    cpu = [after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime for before, after in zip(
+        cpu_before, (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))]
     import hashlib
 
     shards = sorted(Path(recipe.output_dir, "prepared").glob("*.parquet"))
@@ -70,6 +77,8 @@ def child(num_images: int, num_proc: int, source_kind: str, workdir: str, decont
         "qa_pairs": report["input_qa_pairs"],
         "rows_written": report["rows"],
         "seconds": round(seconds, 2),
+        "cpu_main_s": round(cpu[0], 2),
+        "cpu_workers_s": round(cpu[1], 2),
         "source_rows_per_s": round(sum(s["source_rows"] for s in report["sources"]) / seconds, 1),
         "images_per_s": round(num_images / seconds, 1),
         "rss_before_mb": round(baseline / 1024, 1),
@@ -95,9 +104,10 @@ def hashed_per_second(n: int = 200) -> float:
 
 
 def worker_cost(pool_parquet: str, index_dir: str, repeats: int = 3) -> tuple[float, float]:
-    """Seconds one worker process spends an image on the pool's images (`process_images` in batches of 32, the best
-    of `repeats`), without and with the evaluation index at `index_dir`: the pool side of decontamination, which no
-    cache removes."""
+    """CPU seconds one worker process spends an image on the pool's images (`process_images` in batches of 32, the
+    best of `repeats`), without and with the evaluation index at `index_dir`: the pool side of decontamination,
+    which no cache removes. CPU time, not wall time: on a shared machine (load 5-7 on 2 cores) the wall time of the
+    same code varied by 1.4x between consecutive runs, the CPU time by a few percent."""
     import pyarrow.parquet as pq
 
     from rsgen.prepare.images import ImageJob, process_images
@@ -112,10 +122,10 @@ def worker_cost(pool_parquet: str, index_dir: str, repeats: int = 3) -> tuple[fl
     best = {}
     for index in [None, index_dir] * repeats:
         jobs = [ImageJob("bytes", data, None, 1 << 30, 1000.0, index) for data in images]
-        start = time.perf_counter()
+        start = time.process_time()
         for i in range(0, len(jobs), 32):
             process_images(jobs[i : i + 32])
-        best[index] = min(best.get(index, float("inf")), (time.perf_counter() - start) / len(images))
+        best[index] = min(best.get(index, float("inf")), (time.process_time() - start) / len(images))
     return best[None], best[index_dir]
 
 
@@ -181,6 +191,9 @@ def main() -> None:
                 print(f"decontamination against {args.decontaminate} evaluation images, pool of {size}, {run['run']} "
                       f"signature cache: {plain['seconds']} s -> {run['seconds']} s, overhead {overhead:+.0%}{verdict}; "
                       f"QA pairs removed {run['removed']}")
+                cpu_plain, cpu_run = (r["cpu_main_s"] + r["cpu_workers_s"] for r in (plain, run))
+                print(f"  CPU seconds (main + workers): {plain['cpu_main_s']} + {plain['cpu_workers_s']} -> "
+                      f"{run['cpu_main_s']} + {run['cpu_workers_s']}, {cpu_run / max(cpu_plain, 1e-9) - 1:+.0%}")
             rate = args.decontaminate / max(cold["seconds"] - plain["seconds"], 1e-9)
             print(f"cold: {rate:,.0f} evaluation images indexed per second of overhead, {args.num_proc} workers "
                   f"(target >= {3 * BASELINE_HASH_RATE:,} = 3x the {BASELINE_HASH_RATE} images/s of one process before "
@@ -189,7 +202,7 @@ def main() -> None:
             print(f"cold and warm prepared pools identical: {same}")
             if costs is not None:
                 plain_cost, decon_cost = costs
-                print(f"one worker, an image of the pool: {plain_cost * 1e6:,.0f} us without decontamination, "
+                print(f"one worker, an image of the pool: {plain_cost * 1e6:,.0f} us of CPU without decontamination, "
                       f"{decon_cost * 1e6:,.0f} us with it (+{(decon_cost - plain_cost) * 1e6:,.0f} us: its "
                       "signature, the proposal, the gate, the pixel checks)")
     print()

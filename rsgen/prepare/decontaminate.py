@@ -199,7 +199,7 @@ def eval_signature(job: tuple[str, bytes | str]) -> ImageSignature | None:
         if kind == "path":
             with open(payload, "rb") as f:
                 payload = f.read()
-        return image_signature(decode_for_hashing(payload)).blurred()  # in the worker: the main process writes it
+        return image_signature(decode_for_hashing(payload)).packed()  # bytes: cheap to send back
     except Exception:  # an unreadable evaluation image is counted in the report, not fatal
         return None
 
@@ -262,7 +262,8 @@ class Decontamination:
 
 EVAL_BATCH = 256  # evaluation images per batch handed to the workers
 CACHE_NAMESPACE = "decontamination"  # the signature cache: cached_assets_path("rsgen", CACHE_NAMESPACE, ...)
-_CACHE_LAYOUT = 2  # what a cached set folder holds (set.json's fields); part of the cache folder's name
+# What a cached set folder holds; part of the cache folder's name. 3: thumbs.u8 holds the thumbnails unblurred.
+_CACHE_LAYOUT = 3
 
 
 def signature_cache_root() -> Path:
@@ -355,7 +356,7 @@ def _build_set(source, set_index: int, folder: Path, map_async) -> None:
                     whole.append(sig.hash_whole)
                     content.append(sig.hash_content)
                     aspect.append(sig.aspect)
-                    thumbs.write(sig.thumb)
+                    thumbs.write(sig.sharp)
                     tinies.write(sig.tiny)
 
         batch: list[tuple[list, tuple]] = []

@@ -46,7 +46,10 @@ MAX_CROP = 0.2  # a copy may have lost up to this share of one side (checked thr
 PROPOSE_BITS = 14  # hash distance (of 64 bits) under which an evaluation image is a candidate
 MAX_CANDIDATES = 64  # candidates confirmed per image, nearest first (bounds the cost on near-identical sets)
 PAIRS_AT_ONCE = 1 << 22  # image x index pairs whose hash distances are held at once (~40 MB of temporaries)
-GATE_AT_ONCE = 4096  # pairs gated at once (~20 MB of temporaries)
+# Pairs gated at once (~1 MB a temporary). Not more: a worker gating its batch (~440 pairs against 10,000
+# evaluation images) in one block spent 118 us a pool image in the gate and 51 in the proposal, in blocks of 256
+# 70 and 27 (measured in process_images, CPU time): temporaries of several MB cost more than the arithmetic.
+GATE_AT_ONCE = 256
 STRONG_DIFFERENCE = 48  # per-channel difference (of 255) that counts as a real one, after a light blur
 SEARCH_BELOW = 100  # solid pixels under which a pair is worth the alignment search (above: no nudge helps)
 MAX_SOLID_PIXELS = 8  # of THUMB x THUMB: a copy leaves at most this many (0.2%); other images leave dozens
@@ -70,29 +73,40 @@ _DCT8 = _dct_matrix(HASH_SIDE)[:8]  # only the 8 lowest frequencies are kept: 8 
 
 class ImageSignature:
     """What the index keeps of an image: two hashes, the content box's shape, its TINY x TINY averages and a small
-    thumbnail. The thumbnail (a blur of THUMB x THUMB) is made when first asked for: a pool image needs it only
-    for a candidate that passes the gate, which few do."""
+    thumbnail, kept sharp. The thumbnail is blurred when first compared: few images are (a pool image only for a
+    candidate that passes the gate, an evaluation image only when it is such a candidate), and the blur costs
+    about a third of a signature (~0.1 ms of PIL's GaussianBlur on THUMB x THUMB), so evaluation images are hashed
+    and cached without it."""
 
-    __slots__ = ("hash_whole", "hash_content", "aspect", "tiny", "_thumb")
+    __slots__ = ("hash_whole", "hash_content", "aspect", "tiny", "_sharp", "_blurred")
 
-    def __init__(self, hash_whole: int, hash_content: int, aspect: float, tiny: bytes, thumb):
+    def __init__(self, hash_whole: int, hash_content: int, aspect: float, tiny: bytes, sharp):
         self.hash_whole = hash_whole  # pHash of the whole image
         self.hash_content = hash_content  # pHash of the content box
         self.aspect = aspect  # width / height of the content box, in the image's pixels
         self.tiny = tiny  # TINY x TINY x 3 uint8: area averages of the content box
-        self._thumb = thumb  # bytes, or the unblurred THUMB x THUMB image they are made from
+        self._sharp = sharp  # the THUMB x THUMB thumbnail, unblurred: bytes, or the image they come from
+        self._blurred: bytes | None = None
 
-    def blurred(self) -> ImageSignature:
-        """Itself, its thumbnail made now (before it is sent to another process, which would only write it)."""
-        self.thumb  # noqa: B018 -- the property makes it
+    @property
+    def sharp(self) -> bytes:
+        """THUMB x THUMB x 3 uint8: the content box, stretched (what an index's thumbs.u8 holds)."""
+        if not isinstance(self._sharp, bytes):
+            self._sharp = self._sharp.tobytes()
+        return self._sharp
+
+    def packed(self) -> ImageSignature:
+        """Itself, as bytes only (before it is sent to another process)."""
+        self.sharp  # noqa: B018 -- the property makes it
         return self
 
     @property
     def thumb(self) -> bytes:
-        """THUMB x THUMB x 3 uint8: the content box, stretched, lightly blurred."""
-        if not isinstance(self._thumb, bytes):
-            self._thumb = self._thumb.filter(ImageFilter.GaussianBlur(0.7)).tobytes()
-        return self._thumb
+        """THUMB x THUMB x 3 uint8: the content box, stretched, lightly blurred (what `compare` compares)."""
+        if self._blurred is None:
+            sharp = self._sharp if isinstance(self._sharp, Image.Image) else _view(self._sharp)
+            self._blurred = sharp.filter(ImageFilter.GaussianBlur(0.7)).tobytes()
+        return self._blurred
 
 
 def _trims(flags: np.ndarray) -> tuple[int, int]:
@@ -111,7 +125,9 @@ def content_box(pixels: np.ndarray) -> tuple[int, int, int, int]:
     that colour answers every side of every round."""
     a = np.asarray(pixels, dtype=np.uint8)
     planes = a.transpose(2, 0, 1).copy()  # contiguous planes: numpy compares them ~50x faster than along an axis of 3
-    close_to: dict[tuple, np.ndarray] = {}  # reference colour (doubled) -> map of the pixels within tolerance
+    # Reference colour (doubled) -> map of the pixels within tolerance, as float32 0/1: a line's count is a matrix
+    # product with ones (exact below 2**24), ~3x cheaper than np.count_nonzero along an axis.
+    close_to: dict[tuple, np.ndarray] = {}
     left, top, right, bottom = 0, 0, a.shape[1], a.shape[0]
     while True:
         inner = a[top:bottom, left:right]
@@ -134,10 +150,10 @@ def content_box(pixels: np.ndarray) -> tuple[int, int, int, int]:
                     hi = min(255, (twice + 2 * BORDER_TOLERANCE) // 2)
                     within = (plane - np.uint8(lo)) <= np.uint8(hi - lo)
                     close = within if close is None else close & within
-                close_to[key] = close
+                close = close_to[key] = close.astype(np.float32)
             close = close[top:bottom, left:right]
-            found[key] = (_trims(np.count_nonzero(close, axis=1) >= BORDER_UNIFORM_SHARE * width),
-                          _trims(np.count_nonzero(close, axis=0) >= BORDER_UNIFORM_SHARE * height))
+            found[key] = (_trims(close @ np.ones(width, np.float32) >= BORDER_UNIFORM_SHARE * width),
+                          _trims(np.ones(height, np.float32) @ close >= BORDER_UNIFORM_SHARE * height))
         t, b, lft, rgt = (found[tuple(doubled[0])][0][0], found[tuple(doubled[1])][0][1],
                           found[tuple(doubled[2])][1][0], found[tuple(doubled[3])][1][1])
         if (t, b, lft, rgt) == (0, 0, 0, 0) or t + b >= height - 1 or lft + rgt >= width - 1:
@@ -182,7 +198,7 @@ def image_signature(image: Image.Image) -> ImageSignature:
         hash_content=_phash(thumb.reduce(THUMB // HASH_SIDE).convert("L")),
         aspect=(box[2] - box[0]) / (box[3] - box[1]),
         tiny=thumb.reduce(THUMB // TINY).tobytes(),
-        thumb=thumb,
+        sharp=thumb,
     )
 
 
@@ -243,9 +259,18 @@ def compare(a: ImageSignature, b: ImageSignature) -> int | None:
     size = (THUMB, max(8, round(THUMB / a.aspect))) if a.aspect >= 1 else (max(8, round(THUMB * a.aspect)), THUMB)
     ia, ib = _view(a.thumb), _view(b.thumb)
     coarse = (max(8, size[0] // 2), max(8, size[1] // 2))  # the search runs at half size: 4x fewer pixels
+    # Samples by (image, box): a nudge moves one edge of one box, so the other image's sample is reused (half the
+    # resampling of the search), and so is every start's whole box.
+    samples: dict[tuple, np.ndarray] = {}
+
+    def sampled(which: int, box: list[float]) -> np.ndarray:
+        key = (which, *box)
+        if key not in samples:
+            samples[key] = _sample(ib if which else ia, box, coarse)
+        return samples[key]
 
     def cost(box_a, box_b):
-        return float(np.abs(_sample(ia, box_a, coarse) - _sample(ib, box_b, coarse)).mean())
+        return float(np.abs(sampled(0, box_a) - sampled(1, box_b)).mean())
 
     def solid(box_a, box_b) -> int:
         strong = np.abs(_sample(ia, box_a, size) - _sample(ib, box_b, size)).max(axis=2) > STRONG_DIFFERENCE
@@ -326,26 +351,33 @@ def _cells(tiny: np.ndarray) -> np.ndarray:
 
 
 def _aligned(tiny_a: np.ndarray, tiny_b: np.ndarray, ratio: np.ndarray) -> np.ndarray:
-    """`gate` for pairs whose shapes differ: the best of the four starts."""
+    """`gate` for pairs whose shapes differ: the best of the four starts.
+
+    `_starts`, vectorised. In each start one image is cut along one axis and the other is whole. Of a pair, one
+    image is the one cut in x (where a is relatively taller, b) and the other the one cut in y, each against the
+    other whole, as cells. The cut one has its other axis paired into cells and the cut axis averaged over the kept
+    part at either end: one matrix product a pair, both starts at once ((2 x GATE_CELLS, TINY) weights against
+    (TINY, GATE_CELLS x 3)), with the data laid out so that every array's last axes are contiguous; the largest
+    cell difference does not depend on the orientation, so the cells are compared as they come. (~1.5x cheaper
+    than products per channel and start, with each pair's orientation chosen by np.where after computing both.)"""
     k = len(ratio)
     kept = np.where(ratio < 1, ratio, 1 / ratio)
-    # `_starts`, vectorised. In each start one image is cut along one axis and the other is whole: the whole one as
-    # cells; the cut one with its other axis paired into cells and the cut axis averaged over the kept part at
-    # either end. Where the cut runs along y both are transposed, so that it always runs along the last axis.
-    wide = (ratio < 1)[:, None, None, None]  # a relatively taller: b cut in x (starts 0, 1) or a cut in y (2, 3)
-    planes = [t.reshape(k, TINY, TINY, 3).transpose(0, 3, 1, 2).astype(np.float32) for t in (tiny_a, tiny_b)]
-    rows_paired = [(p[:, :, 0::2] + p[:, :, 1::2]) / 2 for p in planes]  # for a cut along x
-    columns_paired = [(p[..., 0::2] + p[..., 1::2]).swapaxes(2, 3) / 2 for p in planes]  # for a cut along y
-    cells = [(r[..., 0::2] + r[..., 1::2]) / 2 for r in rows_paired]
+    wide = (ratio < 1)[:, None, None, None]
+    a, b = tiny_a.reshape(k, TINY, TINY, 3), tiny_b.reshape(k, TINY, TINY, 3)  # [y, x, channel]
+    cut_x, cut_y = np.where(wide, b, a).astype(np.float32), np.where(wide, a, b).astype(np.float32)
+    rows = (cut_x[:, 0::2] + cut_x[:, 1::2]) / 2  # (k, GATE_CELLS, TINY, 3): rows paired (exact: halves)
+    columns = (cut_y[:, :, 0::2] + cut_y[:, :, 1::2]) / 2  # (k, TINY, GATE_CELLS, 3)
+    cells_x = (rows[:, :, 0::2] + rows[:, :, 1::2]) / 2  # (k, GATE_CELLS, GATE_CELLS, 3)
+    cells_y = (columns[:, 0::2] + columns[:, 1::2]) / 2
     offsets = np.stack([np.zeros(k), 1.0 - kept], axis=1)  # (k, 2): the kept part at one end, at the other
-    weights = _cell_weights(offsets * TINY, (offsets + kept[:, None]) * TINY).astype(np.float32)  # (k, 2, G, TINY)
-    worst = []
-    for whole, cut, cut_in_x in ((0, 1, wide), (1, 0, ~wide)):
-        reference = np.where(cut_in_x, cells[whole], cells[whole].swapaxes(2, 3))
-        averaged = (np.where(cut_in_x, rows_paired[cut], columns_paired[cut])[:, None]
-                    @ weights[:, :, None].swapaxes(-1, -2))
-        worst.append(np.abs(averaged - reference[:, None]).max(axis=(2, 3, 4)))  # (k, 2)
-    return np.minimum(*worst).min(axis=1)
+    weights = _cell_weights(offsets * TINY, (offsets + kept[:, None]) * TINY).astype(np.float32).reshape(
+        k, 2 * GATE_CELLS, TINY)
+    shape = (k, 2, GATE_CELLS, GATE_CELLS, 3)
+    averaged_x = (weights @ rows.transpose(0, 2, 1, 3).reshape(k, TINY, -1)).reshape(shape)  # [start, x, y, c]
+    averaged_y = (weights @ columns.reshape(k, TINY, -1)).reshape(shape)  # [start, y, x, c]
+    worst_x = np.abs(averaged_x - cells_y.transpose(0, 2, 1, 3)[:, None]).max(axis=(2, 3, 4))  # (k, 2)
+    worst_y = np.abs(averaged_y - cells_x[:, None]).max(axis=(2, 3, 4))
+    return np.minimum(worst_x, worst_y).min(axis=1)
 
 
 # ------------------------------------------------------------------------------------------ the index
@@ -374,7 +406,7 @@ def _memmap(path: str, n: int, width: int) -> np.ndarray:
 
 class ImageIndex:
     """Signatures of the evaluation images: hashes and shapes in memory (17 bytes an image); TINY averages (768
-    bytes) and thumbnails (12 KB) in files read through memory maps, paged in only for candidates (a map is shared
+    bytes) and sharp thumbnails (12 KB) in files read through memory maps, paged in only for candidates (a map is shared
     by every worker through the page cache). Image workers open it by path, once per process."""
 
     def __init__(self, hash_whole: np.ndarray, hash_content: np.ndarray, aspect: np.ndarray, tiny: np.ndarray,
@@ -398,7 +430,7 @@ class ImageIndex:
                 f.write(s.tiny)
         with open(os.path.join(directory, "thumbs.u8"), "wb") as f:
             for s in signatures:
-                f.write(s.thumb)
+                f.write(s.sharp)
 
     @staticmethod
     def combine(directory, parts: list[tuple[ImageIndex, list[int]]]) -> None:
@@ -470,13 +502,15 @@ class ImageIndex:
             <= GATE_MAX for block in (slice(i, i + GATE_AT_ONCE) for i in range(0, len(mine), GATE_AT_ONCE))])
         mine, theirs = mine[passed], theirs[passed]
         tried: dict[int, int] = {}
+        others: dict[int, ImageSignature] = {}  # an evaluation image several pool images reach is blurred once
         for position, i in zip(mine.tolist(), theirs.tolist()):
             if out[position] is not None or tried.get(position, 0) >= MAX_CANDIDATES:
                 continue
             tried[position] = tried.get(position, 0) + 1
-            other = ImageSignature(int(self.hash_whole[i]), int(self.hash_content[i]), float(self.aspect[i]),
-                                   self.tiny[i].tobytes(), self.thumbs[i].tobytes())
-            if is_copy(sigs[position], other):
+            if i not in others:
+                others[i] = ImageSignature(int(self.hash_whole[i]), int(self.hash_content[i]), float(self.aspect[i]),
+                                           self.tiny[i].tobytes(), self.thumbs[i].tobytes())
+            if is_copy(sigs[position], others[i]):
                 out[position] = i
         return out
 
