@@ -132,7 +132,7 @@ def row_question(row) -> tuple[str, str]:
     """(image sha256, user text) of a decoded-image-free SFT row's question."""
     import hashlib
 
-    text = " ".join(part["text"] or "" for part in row["prompt"][0]["content"])
+    text = "".join(part["text"] or "" for part in row["prompt"][0]["content"])  # the image part has no text
     return hashlib.sha256(row["images"][0]["bytes"]).hexdigest(), text
 
 
