@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 import sys
 import time
@@ -50,7 +51,8 @@ from bench_training_value import RECIPE, _iterate, trained_line, write_table  # 
 GOLD_SEED = 0  # the draw of `gold, random questions`
 LINES = ("accepted", "explored", "explored, lr / 10", "explored, reasoning agrees", "accepted, answer only",
          "accepted, reasoning agrees", "accepted, loss on prompt too", "gold, accepted's questions",
-         "gold, random questions")
+         "gold, random questions", "gold, random qs, lr / 10", "accepted, lr / 10", "gold, every question",
+         "gold, random qs, long", "accepted, long", "explored, long")
 
 THINK = re.compile(r"<think>\n(.*)\n</think>\n\n(.*)", re.S)
 LETTERED = re.compile(r"^([A-Z])\. (.*)$", re.M)
@@ -151,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--line {unknown[0]!r}: not a line of this bench ({', '.join(LINES)})")
 
     import datasets
+    import trl
 
     from rsgen.config import load_recipe
     from rsgen.iterate.held_out import read_held_out
@@ -175,29 +178,42 @@ def main(argv: list[str] | None = None) -> int:
     explored = sft_training_rows(dataset, held_out, "explored")
     agree_accepted = sum(map(reasoning_agrees, accepted))
     agree_all = sum(map(reasoning_agrees, explored))
-    lr = recipe.iterate_train.get("learning_rate")
-    lower = dataclasses.replace(recipe, iterate_train={**recipe.iterate_train, "learning_rate": lr / 10}) if lr else None
+    # TRL's default when the recipe names none (SFTConfig's field default).
+    lr = recipe.iterate_train.get("learning_rate") or trl.SFTConfig.__dataclass_fields__["learning_rate"].default
+    lower = dataclasses.replace(recipe, iterate_train={**recipe.iterate_train, "learning_rate": lr / 10})
     whole_sequence = dataclasses.replace(recipe, iterate_train={**recipe.iterate_train, "completion_only_loss": False})
     accepted_questions = {row_question(row) for row in accepted.cast_column(
         "images", datasets.List(datasets.Image(decode=False)))}
     round_0_dir = out / "round0"
+    gold_all = gold_rows(round_0_dir, held_out)
+    long_steps = recipe.iterate_train.get("max_steps") or math.ceil(len(gold_all) / recipe.iterate_train.get("per_device_train_batch_size", 8)) * math.ceil(
+        recipe.iterate_train.get("num_train_epochs", 3))
+    longer = dataclasses.replace(recipe, iterate_train={**recipe.iterate_train, "max_steps": long_steps})
     lines = [
         ("accepted", recipe, lambda d, h: accepted),
         ("explored", recipe, lambda d, h: explored),
-        *([("explored, lr / 10", lower, lambda d, h: explored)] if lower else []),
+        ("explored, lr / 10", lower, lambda d, h: explored),
         ("explored, reasoning agrees", recipe, lambda d, h: explored.filter(reasoning_agrees)),
         ("accepted, answer only", recipe, lambda d, h: accepted.map(answer_only)),
         ("accepted, reasoning agrees", recipe, lambda d, h: accepted.filter(reasoning_agrees)),
         ("accepted, loss on prompt too", whole_sequence, lambda d, h: accepted),
         ("gold, accepted's questions", recipe, lambda d, h: gold_rows(round_0_dir, h, accepted_questions)),
         ("gold, random questions", recipe, lambda d, h: gold_rows(round_0_dir, h, count=len(accepted))),
+        ("gold, random qs, lr / 10", lower, lambda d, h: gold_rows(round_0_dir, h, count=len(accepted))),
+        ("accepted, lr / 10", lower, lambda d, h: accepted),
+        ("gold, every question", recipe, lambda d, h: gold_all),
+        # `long`: the steps `gold, every question` takes (its rows at the recipe's epochs and batch): more steps on
+        # the same rows, to tell the budget from the data.
+        ("gold, random qs, long", longer, lambda d, h: gold_rows(round_0_dir, h, count=len(accepted))),
+        ("accepted, long", longer, lambda d, h: accepted),
+        ("explored, long", longer, lambda d, h: explored),
     ]
     base = round0["rounds"][0]["held_out"]
     header = f"{'line':<28} {'rows':>6} {'steps':>6} {'held-out verifier':>18} {'held-out truth':>15} {'truth vs base':>14}"
     table = [header, "-" * len(header),
              f"{'base (round 0)':<28} {'-':>6} {0:>6} {base['verifier_rate']:>18.1%} {base['truth_rate']:>15.1%} "
              f"{'-':>14}"]
-    assert [name for name, _, _ in lines] == list(LINES[:1] + LINES[1 + (lower is None):]), "LINES is the table's order"
+    assert tuple(name for name, _, _ in lines) == LINES, "LINES is the table's order"
     for i, (name, line_recipe, rows_of) in enumerate(lines):
         if args.line and name not in args.line:
             continue  # line{i} keeps its index: a later run of every line reuses what this one measured
