@@ -52,7 +52,7 @@ GOLD_SEED = 0  # the draw of `gold, random questions`
 LINES = ("accepted", "explored", "explored, lr / 10", "explored, reasoning agrees", "accepted, answer only",
          "accepted, reasoning agrees", "accepted, loss on prompt too", "gold, accepted's questions",
          "gold, random questions", "gold, random qs, lr / 10", "accepted, lr / 10", "gold, every question",
-         "gold, random qs, long", "accepted, long", "explored, long")
+         "gold, random qs, long", "accepted, long", "explored, long", "gold, accepted's qs, long")
 
 THINK = re.compile(r"<think>\n(.*)\n</think>\n\n(.*)", re.S)
 LETTERED = re.compile(r"^([A-Z])\. (.*)$", re.M)
@@ -207,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         ("gold, random qs, long", longer, lambda d, h: gold_rows(round_0_dir, h, count=len(accepted))),
         ("accepted, long", longer, lambda d, h: accepted),
         ("explored, long", longer, lambda d, h: explored),
+        ("gold, accepted's qs, long", longer, lambda d, h: gold_rows(round_0_dir, h, accepted_questions)),
     ]
     base = round0["rounds"][0]["held_out"]
     header = f"{'line':<28} {'rows':>6} {'steps':>6} {'held-out verifier':>18} {'held-out truth':>15} {'truth vs base':>14}"

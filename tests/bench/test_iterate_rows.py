@@ -15,7 +15,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 LINES = ["base (round 0)", "accepted", "explored", "explored, lr / 10", "explored, reasoning agrees",
          "accepted, answer only", "accepted, reasoning agrees", "accepted, loss on prompt too",
          "gold, accepted's questions", "gold, random questions", "gold, random qs, lr / 10", "accepted, lr / 10",
-         "gold, every question", "gold, random qs, long", "accepted, long", "explored, long"]
+         "gold, every question", "gold, random qs, long", "accepted, long", "explored, long",
+         "gold, accepted's qs, long"]
 
 
 def _row(text: str, question: str = "How many?") -> dict:
@@ -38,7 +39,7 @@ def test_reasoning_agrees_reads_the_last_sentence_against_the_final_answer(text,
     assert reasoning_agrees(_row(text, question)) is agrees
 
 
-@pytest.mark.slow  # about 4 minutes: a round 0 and fifteen fine-tunings of 4 steps, each measured
+@pytest.mark.slow  # about 4 minutes: a round 0 and sixteen fine-tunings of 4 steps, each measured
 def test_the_fast_table_has_every_line_on_one_held_out_slice(tmp_path):
     out = tmp_path / "rows"
     table = run_fast_bench("bench_iterate_rows.py", out, "iterate_rows.txt")
