@@ -25,10 +25,17 @@ pass. Lines:
   reasoning and answer in the demo model's own training format (`scripts/train_demo_model.py`'s
   `scene_solution`): the same rows and steps, right for the right reasons;
 - gold, random questions: as many questions as `accepted` drawn at random from the whole training slice (seeded),
-  answered from the scene likewise: what the same budget does with data that also covers what the base gets wrong.
+  answered from the scene likewise: what the same budget does with data that also covers what the base gets wrong;
+- gold, random qs, lr / 10 and accepted, lr / 10: those two at a tenth of the learning rate;
+- gold, every question: every question of the training slice answered from the scene, at the recipe's epochs (so
+  more steps: the rows column and the steps column say how many);
+- gold, random qs, long / accepted, long / explored, long / gold, accepted's qs, long: those rows trained for the
+  steps `gold, every question` takes (`max_steps`), which tells the budget from the data.
 
 If the gold lines move the held-out truth and `accepted` does not, the trainer and its budget can move this base
 and the gap is in the data; if gold does not move it either, the budget or the procedure is the limit.
+`--line NAME` (repeatable) runs only those lines; each line's run is kept in `--output-dir`/lineN, so a later run
+of the whole table reuses it.
 
 The row counts column says how many rows each selection holds; `reasoning agrees` is also printed for the accepted
 and the sampled rows apart, which is what tells a lucky answer from a reasoned one.
