@@ -47,7 +47,7 @@ def test_the_fast_table_has_every_line_on_one_held_out_slice(tmp_path):
     assert [row[:28].strip() for row in rows] == LINES
     assert [int(row[36:42]) for row in rows] == [0] + [4] * (len(LINES) - 1), table
     assert table.splitlines()[-2].startswith("held out: ") and "reasoning agrees with the final answer: " in table
-    # docs/iterate.md quotes this command's table (at --num-images 240): the same header, lines and footnotes.
+    # docs/iterate.md quotes this command's table (at the recipe's 800 images): the same header, lines and footnotes.
     docs = (ROOT / "docs" / "iterate.md").read_text()
     assert f"\n{table.splitlines()[0]}\n" in docs
     for line in LINES + ["held out: ", "reasoning agrees with the final answer: "]:
