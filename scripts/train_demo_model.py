@@ -85,14 +85,23 @@ def vqa_examples(seed: int, num_images: int, first_image: int = 0):
     for index in range(first_image, first_image + num_images):
         family, png, scene, qas = make_demo_image(seed, index)
         for question, _answer, options in qas:
-            text, option_texts = prepared_question(question, options)
-            answer, steps = solve_from_scene(scene, question, options)
-            reasoning = " ".join(steps)
-            if option_texts:
-                letter = LETTERS[option_texts.index(answer)]
-                reasoning = f"{reasoning} That is {letter}."
-                answer = letter
-            yield png, text, reasoning, spoken_answer(family, question, answer), family
+            text, _option_texts = prepared_question(question, options)
+            reasoning, answer = scene_solution(family, scene, question, options)
+            yield png, text, reasoning, answer, family
+
+
+def scene_solution(family: str, scene: dict, question: str, options: list[str]) -> tuple[str, str]:
+    """(reasoning, final answer) of a pool question as the demo model is trained to give them: the scene's
+    reasoning steps (`That is B.` closing a multiple-choice one), the answer worded by `spoken_answer`.
+    bench/bench_iterate_rows.py trains on these too (its gold control)."""
+    _stem, option_texts = mc_option_texts(question, options)
+    answer, steps = solve_from_scene(scene, question, options)
+    reasoning = " ".join(steps)
+    if option_texts:
+        letter = LETTERS[option_texts.index(answer)]
+        reasoning = f"{reasoning} That is {letter}."
+        answer = letter
+    return reasoning, spoken_answer(family, question, answer)
 
 
 def _spelled(value: int) -> str:

@@ -104,5 +104,11 @@ def test_the_readmes_demo_and_iterate_figures_are_quoted_command_output_in_docs(
                                  ("in 384 of 533 accepted greedy answers", "384 of 533 accepted greedy answers")]:
         assert in_readme in prose, in_readme
         assert in_output in printed, in_output
+    # bench_iterate_rows' lines the README quotes: the figure must be that line's `truth vs base`.
+    bench_lines = {line[:28].strip(): line.split()[-3:] for line in printed.splitlines() if " ± " in line[-14:]}
+    for in_readme, line in [("(accepted answers -0.3 ± 2.1)", "accepted, long"),
+                            ("every training question gains +9.0 ± 2.2", "gold, every question")]:
+        assert in_readme in prose, in_readme
+        assert " ".join(bench_lines[line]) in in_readme, (line, bench_lines[line])
     rounds = [line.split() for line in printed.splitlines() if re.match(r"[03] {10,}", line)]
     assert rounds[0][3] == "22.6%" and rounds[1][3] == "20.9%", rounds  # held-out truth, rounds 0 and 3
