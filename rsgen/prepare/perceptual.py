@@ -25,6 +25,9 @@ original. So the decision has three steps:
 
 This module imports only numpy and Pillow: image workers compute signatures next to the image checks, on the
 image they decoded anyway, reduced by an integer factor (or decoded at reduced size: `decode_for_hashing`).
+
+Longer than most modules (~530 lines): the three steps stay together, since the gate and the pixel check read the
+thumbnails and content boxes the signature step keeps, and a change to one is a change to what the others compare.
 """
 
 from __future__ import annotations
