@@ -90,6 +90,25 @@ def test_a_greedy_body_is_byte_identical_to_encoding_the_whole_body_and_images_o
     assert oe.image_data_uri(image) == "data:image/png;base64," + __import__("base64").b64encode(image).decode()
 
 
+def test_messages_json_is_json_dumps_of_the_openai_messages_byte_for_byte():
+    one, two = png_bytes(8, 8, 0), png_bytes(9, 8, 1)
+    image, text = {"type": "image"}, {"type": "text", "text": "How many? \u00e9 \"q\" \\ \u0000\n"}
+    requests = [
+        ChatRequest("a", [{"role": "user", "content": [image, text]}], [one]),
+        ChatRequest("b", [{"role": "user", "content": [image, text]}], [one]),  # the same image again: cached part
+        ChatRequest("c", [{"role": "user", "content": [text, image, image, text]}], [two, one]),
+        ChatRequest("d", [{"role": "system", "content": "be brief \u00e9"}, {"role": "user", "content": [text, text]},
+                          {"role": "assistant", "content": None}, {"role": "user", "content": []}]),
+        ChatRequest("e", [{"role": "user", "content": [image, text]}], [bytearray(two)]),
+    ]
+    for request in requests:
+        assert oe.messages_json(request) == json.dumps(openai_messages(request), ensure_ascii=False)
+    with pytest.raises(ValueError, match="request 'q1' has 2 image part"):
+        oe.messages_json(ChatRequest("q1", _image_request().messages, [png_bytes(8, 8, 0)]))
+    with pytest.raises(ValueError, match="neither text nor image"):
+        oe.messages_json(ChatRequest("v", [{"role": "user", "content": [{"type": "video"}]}]))
+
+
 def test_sampling_sends_one_request_per_sample_key_with_a_seed_of_that_key():
     engine = OpenAIEngine("http://127.0.0.1:1/v1", "m", temperature=0.8, top_p=0.9, seed=7)
     request = ChatRequest("q", _image_request().messages, _image_request().images, sample_keys=("q#1", "q#2"))
