@@ -82,7 +82,7 @@ REFUSALS_BEFORE_ANY_ANSWER = 16
 FAILED_IN_A_ROW = 8
 # Requests handed to the client process beyond those in flight, as a multiple of the concurrency: ready to start
 # the moment a slot frees, whatever this process is doing then.
-AHEAD = 1
+AHEAD = 4
 RETRY_LOG_SECONDS = 60.0  # at most one log line a minute about retries (counts by cause)
 # Servers that take sampling fields beyond the OpenAI schema (and read defaults from the model's
 # generation_config.json unless told otherwise): every request pins these too. Detected from `owned_by` of
@@ -592,12 +592,6 @@ class RatePacer:
 _result_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(GenerationResult)))
 
 
-class _Refused(Exception):
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
-
-
 def _body_around(decoding: Decoding) -> tuple[bytes, bytes] | None:
     """The JSON of a greedy request body before and after its messages (encoded once per engine, byte-identical to
     encoding each body whole), or None when bodies differ by more than their messages (sampling: a seed each)."""
@@ -695,13 +689,14 @@ class OpenAIEngine:
         return [(k, json.dumps(request_body(messages, self.decoding, k if k is not None else request.key),
                                ensure_ascii=False).encode("utf-8")) for k in keys]
 
-    async def _post(self, session, url: str, body: bytes, sample_key: str | None,
-                    on_retry: Callable[[str], None]) -> GenerationResult:
-        """POST one body with retries (each one's cause handed to `on_retry`). Returns the result (`failed` set
-        when every try failed); raises _Refused, or EngineUnavailable on an answer that means no request can
-        succeed (401, 404, ...)."""
+    async def _post(self, session, job: tuple[str, bytes, str | None], on_retry: Callable[[str], None]) -> tuple:
+        """In the client process: POST one job's body (server, body, sample key) with retries (each one's cause
+        handed to `on_retry`). Returns the result (`refused` set on a refusal, `failed` when every try failed) as
+        the tuple of its fields (`_take` makes it again: a dataclass crosses the pipe ~10x slower); raises
+        EngineUnavailable on an answer that means no request can succeed (401, 404, ...)."""
         import aiohttp
 
+        url, body, sample_key = job
         endpoint = url + "/chat/completions"
         problem = ""
         for attempt in range(self.max_retries + 1):
@@ -718,13 +713,14 @@ class OpenAIEngine:
                             result = parse_completion(json.loads(await resp.read()), sample_key)
                             if self.pacer is not None:
                                 self.pacer.spent(result.prompt_tokens + result.generated_tokens)
-                            return result
+                            return _result_fields(result)
                         except ValueError as err:  # MalformedResponse, or not JSON (or not text) at all
                             problem = self._scrub(f"an answer that is not a chat completion ({err})")[:500]
                     else:
                         message = server_message(status, await resp.text(errors="replace"), self._api_key)
-                        if status in REFUSED_STATUSES:
-                            raise _Refused(message)
+                        if status in REFUSED_STATUSES:  # this request, as sent, will never be answered
+                            return _result_fields(GenerationResult("", 0, 0, hit_limit=False, sample_key=sample_key,
+                                                                   refused=message))
                         if status not in RETRY_STATUSES:  # 401/403 (key), 404 (URL or model), 422 (a field it
                             # does not take): every request fails
                             raise EngineUnavailable(f"engine server {url} answered {message}; check "
@@ -742,8 +738,8 @@ class OpenAIEngine:
             raise EngineUnavailable(
                 f"engine server {url} failed {self.max_retries + 1} times in a row (last: {problem}); every finished "
                 "record is on disk: rerun the same command once the server answers again")
-        return GenerationResult("", 0, 0, hit_limit=False, sample_key=sample_key,
-                                failed=f"{self.max_retries + 1} tries failed (last: {problem})")
+        return _result_fields(GenerationResult("", 0, 0, hit_limit=False, sample_key=sample_key,
+                                               failed=f"{self.max_retries + 1} tries failed (last: {problem})"))
 
     def _scrub(self, text: str) -> str:
         return scrub(text, self._api_key)
@@ -783,7 +779,7 @@ class OpenAIEngine:
         retries the client counted."""
         import aiohttp  # noqa: F401  (imported before the fork, never in the child: rsgen.engine.client_process)
 
-        client = ClientProcess(self._open_session, self._call)
+        client = ClientProcess(self._open_session, self._post)
         pending: dict[int, ChatRequest] = {}
         ids = itertools.count()
         refill_at = max(1, (self.adaptive.START if self.adaptive else self.max_concurrency) // 8)  # a hand-over's worth
@@ -884,14 +880,3 @@ class OpenAIEngine:
         return aiohttp.ClientSession(connector=connector,
                                      headers={**_headers(self._api_key), "Content-Type": "application/json"},
                                      timeout=aiohttp.ClientTimeout(total=self.timeout_seconds))
-
-    async def _call(self, session, job: tuple[str, bytes, str | None], on_retry: Callable[[str], None]
-                    ) -> tuple:
-        """In the client process: one request, with its retries (each cause handed to `on_retry`). The result goes
-        back as the tuple of its fields (`_take` makes it again): a dataclass crosses the pipe ~10x slower."""
-        server, body, sample_key = job
-        try:
-            result = await self._post(session, server, body, sample_key, on_retry)
-        except _Refused as refused:
-            result = GenerationResult("", 0, 0, hit_limit=False, sample_key=sample_key, refused=refused.message)
-        return _result_fields(result)
