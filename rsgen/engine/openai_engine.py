@@ -81,7 +81,9 @@ REFUSALS_BEFORE_ANY_ANSWER = 16
 # request bad. Fewer are drops of their own (asked again by the next run).
 FAILED_IN_A_ROW = 8
 # Requests handed to the client process beyond those in flight, as a multiple of the concurrency: ready to start
-# the moment a slot frees, whatever this process is doing then.
+# the moment a slot frees, whatever this process is doing then (descheduled on a loaded machine, waiting on a
+# checkpoint's fsync). They are handed over when half the concurrency's worth is free: a pipe write (and a wake-up
+# of the client) per 32 requests at 64 in flight, not per 8.
 AHEAD = 4
 RETRY_LOG_SECONDS = 60.0  # at most one log line a minute about retries (counts by cause)
 # Servers that take sampling fields beyond the OpenAI schema (and read defaults from the model's
@@ -773,8 +775,8 @@ class OpenAIEngine:
 
         The HTTP client runs in a process of its own (`rsgen.engine.client_process`: in a thread it shared one GIL
         with the stage's work on each answer). This side builds the bodies and hands them over a batch at a time
-        (one pipe write), when at least an eighth of the slots are free, keeping as many again waiting in the
-        client (AHEAD): the client starts the next request the moment one ends, as a single-process client does,
+        (one pipe write), when at least half the concurrency's worth is free, keeping AHEAD times the concurrency
+        waiting in the client: the client starts the next request the moment one ends, as a single-process client does,
         not when this side has taken the answer. Answers come back as many as are ready at once, with the
         retries the client counted."""
         import aiohttp  # noqa: F401  (imported before the fork, never in the child: rsgen.engine.client_process)
@@ -782,7 +784,6 @@ class OpenAIEngine:
         client = ClientProcess(self._open_session, self._post)
         pending: dict[int, ChatRequest] = {}
         ids = itertools.count()
-        refill_at = max(1, (self.adaptive.START if self.adaptive else self.max_concurrency) // 8)  # a hand-over's worth
         work = self._work(requests)
         exhausted = False
         sent_limit = 0
@@ -794,7 +795,7 @@ class OpenAIEngine:
             limit = self.adaptive.limit if self.adaptive is not None else self.max_concurrency
             free = limit * (1 + AHEAD) - len(pending)
             jobs = []
-            if not exhausted and free > 0 and (force or free >= refill_at):
+            if not exhausted and free > 0 and (force or free >= max(1, limit // 2)):
                 for server, body, request, sample_key in itertools.islice(work, free):
                     job_id = next(ids)
                     pending[job_id] = request
