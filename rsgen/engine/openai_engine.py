@@ -83,8 +83,9 @@ FAILED_IN_A_ROW = 8
 # Requests handed to the client process beyond those in flight, as a multiple of the concurrency: ready to start
 # the moment a slot frees, whatever this process is doing then (descheduled on a loaded machine, waiting on a
 # checkpoint's fsync). They are handed over when half the concurrency's worth is free: a pipe write (and a wake-up
-# of the client) per 32 requests at 64 in flight, not per 8.
-AHEAD = 4
+# of the client) per 32 requests at 64 in flight, not per 8. Not more: each waiting request holds its body (its
+# images as base64) in the client and its request in this process.
+AHEAD = 2
 RETRY_LOG_SECONDS = 60.0  # at most one log line a minute about retries (counts by cause)
 # Servers that take sampling fields beyond the OpenAI schema (and read defaults from the model's
 # generation_config.json unless told otherwise): every request pins these too. Detected from `owned_by` of
