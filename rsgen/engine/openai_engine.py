@@ -83,9 +83,11 @@ FAILED_IN_A_ROW = 8
 # Requests handed to the client process beyond those in flight, as a multiple of the concurrency: ready to start
 # the moment a slot frees, whatever this process is doing then (descheduled on a loaded machine, waiting on a
 # checkpoint's fsync). They are handed over when half the concurrency's worth is free: a pipe write (and a wake-up
-# of the client) per 32 requests at 64 in flight, not per 8. Not more: each waiting request holds its body (its
-# images as base64) in the client and its request in this process.
-AHEAD = 2
+# of the client) per 32 requests at 64 in flight, not per 8. Each waiting request holds its body (its images as
+# base64) in the client and its request here: beyond the concurrency's worth, requests wait only while their bodies
+# together stay under AHEAD_BYTES (demo-sized bodies, ~2 KB: never reached; 3 MB images: ~20 waiting).
+AHEAD = 4
+AHEAD_BYTES = 64 * 1024**2
 RETRY_LOG_SECONDS = 60.0  # at most one log line a minute about retries (counts by cause)
 # Servers that take sampling fields beyond the OpenAI schema (and read defaults from the model's
 # generation_config.json unless told otherwise): every request pins these too. Detected from `owned_by` of
@@ -783,7 +785,8 @@ class OpenAIEngine:
         import aiohttp  # noqa: F401  (imported before the fork, never in the child: rsgen.engine.client_process)
 
         client = ClientProcess(self._open_session, self._post)
-        pending: dict[int, ChatRequest] = {}
+        pending: dict[int, tuple[ChatRequest, int]] = {}  # job id -> (request, its body's bytes)
+        pending_bytes = 0
         ids = itertools.count()
         work = self._work(requests)
         exhausted = False
@@ -792,16 +795,24 @@ class OpenAIEngine:
 
         def refill(force: bool = False) -> None:
             """Hand the client as many new requests as fit its window, when enough do (and a new limit)."""
-            nonlocal exhausted, sent_limit
+            nonlocal exhausted, sent_limit, pending_bytes
             limit = self.adaptive.limit if self.adaptive is not None else self.max_concurrency
             free = limit * (1 + AHEAD) - len(pending)
             jobs = []
-            if not exhausted and free > 0 and (force or free >= max(1, limit // 2)):
-                for server, body, request, sample_key in itertools.islice(work, free):
+
+            def full() -> bool:
+                return len(jobs) == free or (pending_bytes >= AHEAD_BYTES and len(pending) >= limit)
+
+            if not exhausted and free > 0 and (force or free >= max(1, limit // 2)) and not full():
+                exhausted = True
+                for server, body, request, sample_key in work:
                     job_id = next(ids)
-                    pending[job_id] = request
+                    pending[job_id] = (request, len(body))
+                    pending_bytes += len(body)
                     jobs.append((job_id, (server, body, sample_key)))
-                exhausted = len(jobs) < free
+                    if full():
+                        exhausted = False
+                        break
             if jobs or limit != sent_limit:
                 client.send(limit, jobs)
                 sent_limit = limit
@@ -817,7 +828,9 @@ class OpenAIEngine:
                 for cause in retries:
                     self._count_retry(cause)
                 for job_id, result in results:
-                    yield self._take(pending.pop(job_id), result)
+                    request, size = pending.pop(job_id)
+                    pending_bytes -= size
+                    yield self._take(request, result)
                     refill()  # the server is fed while the stage works through the answers already back
         finally:
             client.close()
