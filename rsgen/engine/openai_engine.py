@@ -799,18 +799,15 @@ class OpenAIEngine:
             limit = self.adaptive.limit if self.adaptive is not None else self.max_concurrency
             free = limit * (1 + AHEAD) - len(pending)
             jobs = []
-
-            def full() -> bool:
-                return len(jobs) == free or (pending_bytes >= AHEAD_BYTES and len(pending) >= limit)
-
-            if not exhausted and free > 0 and (force or free >= max(1, limit // 2)) and not full():
+            room = pending_bytes < AHEAD_BYTES or len(pending) < limit  # the in-flight slots are always filled
+            if not exhausted and free > 0 and (force or free >= max(1, limit // 2)) and room:
                 exhausted = True
                 for server, body, request, sample_key in work:
                     job_id = next(ids)
                     pending[job_id] = (request, len(body))
                     pending_bytes += len(body)
                     jobs.append((job_id, (server, body, sample_key)))
-                    if full():
+                    if len(jobs) == free or (pending_bytes >= AHEAD_BYTES and len(pending) >= limit):
                         exhausted = False
                         break
             if jobs or limit != sent_limit:
