@@ -33,7 +33,7 @@ request bodies through a pipe), so that it never waits on the stage's work for a
 measured it at several thousand requests/s against a stub that answers at once, an order of magnitude above the
 `openai` SDK's client, so the client is never what limits a server.
 
-Longer than most modules (~800 lines) on purpose: everything above is one path a request takes — body, server,
+Longer than most modules (~900 lines) on purpose: everything above is one path a request takes — body, server,
 pacing, concurrency, retries, the parse of the answer, the scrubbing of the key — and every step reads the same
 `OpenAIEngine` state (its servers, key, counters by cause, the client process). The pure helpers at the top
 (`request_body`, `parse_completion`, `server_message`, `backoff_seconds`) are the seam a split would take; split
