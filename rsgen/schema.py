@@ -165,6 +165,19 @@ def iter_questions(prepared: PreparedPool) -> Iterator[PreparedQuestion]:
         row += table.num_rows
 
 
+def qa_ids(prepared: PreparedPool) -> Iterator[tuple[str, int]]:
+    """(QA id, row) of every QA pair of the prepared pool, in `iter_questions`' order: only the ids made Python
+    objects (a stage's keys, read at every start: ~3x faster than iter_questions)."""
+    import pyarrow.compute as pc
+
+    row = 0
+    for table in prepared.batches(["qa"]):
+        qa = table.column("qa").combine_chunks()
+        parents = pc.list_parent_indices(qa).to_pylist()
+        yield from zip(qa.flatten().field("id").to_pylist(), (row + parent for parent in parents))
+        row += table.num_rows
+
+
 def user_turn(question: str) -> list[dict]:
     """The conversation the model is asked: one user turn, the image then the question (byte-identical to the
     emitted `question`). Generation sends it; the TRL views store it as `prompt`."""

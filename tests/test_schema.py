@@ -7,8 +7,17 @@ import datasets
 import pytest
 from test_shards import rgb_png, row
 
+from rsgen.config import RecipeError
+from rsgen.generate.stage import ordered_keys
 from rsgen.layout import OutputLayout
-from rsgen.schema import PREPARED_FEATURES, PREPARED_SHARD_PREFIX, load_prepared, open_prepared
+from rsgen.schema import (
+    PREPARED_FEATURES,
+    PREPARED_SHARD_PREFIX,
+    iter_questions,
+    load_prepared,
+    open_prepared,
+    qa_ids,
+)
 from rsgen.shards import ParquetShardWriter
 
 N = 11
@@ -47,6 +56,29 @@ def test_batches_take_and_column_read_what_datasets_reads(pool_dir):
     assert [r for t in pool.take(wanted) for r in t.to_pylist()] == [expected[i] for i in wanted]
     assert [r for t in pool.take([7], ["image"]) for r in t.to_pylist()] == [{"image": expected[7]["image"]}]
     assert list(pool.take([])) == []
+
+
+def _pool_with_ids(tmp_path, ids_per_row):
+    image = rgb_png(3)
+    writer = ParquetShardWriter(OutputLayout(tmp_path).prepared, PREPARED_FEATURES, PREPARED_SHARD_PREFIX,
+                                max_shard_bytes=4 * len(image) + 10, row_group_rows=2)
+    for i, ids in enumerate(ids_per_row):
+        r = row(i, image)
+        r["qa"] = [{**r["qa"][0], "id": qa_id} for qa_id in ids]
+        writer.add(r, len(image))
+    writer.close()
+    return open_prepared(tmp_path)
+
+
+def test_qa_ids_are_the_ids_and_rows_of_iter_questions_and_a_repeated_id_names_its_rows(tmp_path):
+    pool = _pool_with_ids(tmp_path / "a", [["a", "b"], [], ["c"], ["d", "e", "f"], ["g"], ["h", "i"], ["j"]])
+    assert list(qa_ids(pool)) == [(q.id, q.row) for q in iter_questions(pool)] == [
+        ("a", 0), ("b", 0), ("c", 2), ("d", 3), ("e", 3), ("f", 3), ("g", 4), ("h", 5), ("i", 5), ("j", 6)]
+    assert ordered_keys(pool, 1) == list("abcdefghij")
+    assert ordered_keys(pool, 2)[:4] == ["a#0", "a#1", "b#0", "b#1"]
+    twice = _pool_with_ids(tmp_path / "b", [["a"], ["b", "c"], ["d"], ["c"], ["b"]])
+    with pytest.raises(RecipeError, match=r"QA id 'c' twice \(rows 1 and 3\)"):
+        ordered_keys(twice, 1)
 
 
 @pytest.mark.parametrize("rows", [[3, 2], [1, 1], [N], [-1]])

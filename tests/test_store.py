@@ -28,6 +28,18 @@ def test_parts_are_atomic_and_resumable(tmp_path):
     assert not list((tmp_path / "w").glob(".*.tmp"))
 
 
+def test_a_part_line_is_the_key_then_the_other_fields_sorted_whatever_their_order(tmp_path):
+    records = [{"v": 1, "key": "k\u00e9", "a": {"z": 1, "b": [None, 1.5]}}, {"key": "k2", "a": "x", "v": 2},
+               {"a": "\"\n", "key": "k3", "v": 3}, {"key": "k4"}, {"v": 5, "key": "k5", "a": None, "b": True}]
+    with CheckpointStore(tmp_path).writer(0, every_items=100) as w:
+        for rec in records:
+            w.add(rec)
+    (part,) = CheckpointStore(tmp_path).parts()
+    expected = "".join(json.dumps({"key": r["key"], **{k: r[k] for k in sorted(r) if k != "key"}}, ensure_ascii=False)
+                       + "\n" for r in records)
+    assert part.read_bytes() == expected.encode("utf-8")
+
+
 def test_duplicate_keys_first_wins(tmp_path):
     store = CheckpointStore(tmp_path)
     with store.writer(0) as w:

@@ -33,7 +33,7 @@ request bodies through a pipe), so that it never waits on the stage's work for a
 measured it at several thousand requests/s against a stub that answers at once, an order of magnitude above the
 `openai` SDK's client, so the client is never what limits a server.
 
-Longer than most modules (~800 lines) on purpose: everything above is one path a request takes — body, server,
+Longer than most modules (~900 lines) on purpose: everything above is one path a request takes — body, server,
 pacing, concurrency, retries, the parse of the answer, the scrubbing of the key — and every step reads the same
 `OpenAIEngine` state (its servers, key, counters by cause, the client process). The pure helpers at the top
 (`request_body`, `parse_completion`, `server_message`, `backoff_seconds`) are the seam a split would take; split
@@ -44,11 +44,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import hashlib
 import io
 import itertools
 import json
 import logging
+import operator
 import os
 import random
 import re
@@ -79,8 +81,13 @@ REFUSALS_BEFORE_ANY_ANSWER = 16
 # request bad. Fewer are drops of their own (asked again by the next run).
 FAILED_IN_A_ROW = 8
 # Requests handed to the client process beyond those in flight, as a multiple of the concurrency: ready to start
-# the moment a slot frees, whatever this process is doing then.
-AHEAD = 1
+# the moment a slot frees, whatever this process is doing then (descheduled on a loaded machine, waiting on a
+# checkpoint's fsync). They are handed over when half the concurrency's worth is free: a pipe write (and a wake-up
+# of the client) per 32 requests at 64 in flight, not per 8. Each waiting request holds its body (its images as
+# base64) in the client and its request here: beyond the concurrency's worth, requests wait only while their bodies
+# together stay under AHEAD_BYTES (demo-sized bodies, ~2 KB: never reached; 3 MB images: ~20 waiting).
+AHEAD = 4
+AHEAD_BYTES = 64 * 1024**2
 RETRY_LOG_SECONDS = 60.0  # at most one log line a minute about retries (counts by cause)
 # Servers that take sampling fields beyond the OpenAI schema (and read defaults from the model's
 # generation_config.json unless told otherwise): every request pins these too. Detected from `owned_by` of
@@ -138,30 +145,70 @@ def openai_messages(request: ChatRequest) -> list[dict]:
     """Hugging Face chat messages -> Chat Completions messages: image parts become `image_url` parts holding the
     request's images in order; a content of text parts only is sent as one string (text-only servers and hosted
     APIs take it), text byte-identical."""
+    return [{"role": role, "content": content} for role, content, _ in _message_contents(
+        request, lambda image: {"type": "image_url", "image_url": {"url": image_data_uri(image)}},
+        lambda text: {"type": "text", "text": text})]
+
+
+_encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False), the encoder made once
+_last_part: tuple[bytes, str] = (b"", "")  # (image bytes, JSON of its image_url part) of the last call
+
+
+def _image_part_json(image) -> str:
+    global _last_part
+    if isinstance(image, (bytes, bytearray, memoryview)) and image == _last_part[0] and image:
+        return _last_part[1]  # the QA pairs of one image come one after another: its part is encoded once
+    text = '{"type": "image_url", "image_url": {"url": ' + _encode(image_data_uri(image)) + "}}"
+    if not isinstance(image, Image.Image):
+        _last_part = (bytes(image), text)
+    return text
+
+
+def messages_json(request: ChatRequest) -> str:
+    """`json.dumps(openai_messages(request), ensure_ascii=False)`, byte for byte, written part by part: an image's
+    part (a data URI of kilobytes) is encoded once for the QA pairs of that image in a row, and no message dicts
+    are made (the body of every request of the generate stage; ~3x faster in bench_server's stage part)."""
+    messages = []
+    for role, content, is_parts in _message_contents(
+            request, _image_part_json, lambda text: '{"type": "text", "text": ' + _encode(text) + "}"):
+        content = "[" + ", ".join(content) + "]" if is_parts else _encode(content)
+        messages.append('{"role": ' + _encode(role) + ', "content": ' + content + "}")
+    return "[" + ", ".join(messages) + "]"
+
+
+def _message_contents(request: ChatRequest, image_part: Callable[[Any], Any], text_part: Callable[[str], Any]
+                      ) -> list[tuple[Any, Any, bool]]:
+    """(role, content, whether content is a list of parts) per message: a list content's image parts made by
+    `image_part(image)` from the request's images in order, its text parts by `text_part(text)`; one string when
+    every part is text; any other content as it is."""
     images = iter(request.images)
     n_parts = 0
     out = []
     for message in request.messages:
         content = message.get("content")
-        if isinstance(content, list):
+        is_parts = isinstance(content, list)
+        if is_parts:
             parts = []
+            texts = []  # the text of every part, while every part is text
             for part in content:
-                if part.get("type") == "image":
+                kind = part.get("type")
+                if kind == "image":
                     n_parts += 1
                     image = next(images, None)
                     if image is None:
                         break
-                    parts.append({"type": "image_url", "image_url": {"url": image_data_uri(image)}})
-                elif part.get("type") == "text":
-                    parts.append({"type": "text", "text": part["text"]})
+                    parts.append(image_part(image))
+                    texts = None
+                elif kind == "text":
+                    parts.append(text_part(part["text"]))
+                    if texts is not None:
+                        texts.append(part["text"])
                 else:
-                    raise ValueError(f"request {request.key!r}: content part of type {part.get('type')!r} is "
-                                     "neither text nor image")
-            if all(p["type"] == "text" for p in parts):
-                content = "".join(p["text"] for p in parts)
-            else:
-                content = parts
-        out.append({"role": message["role"], "content": content})
+                    raise ValueError(f"request {request.key!r}: content part of type {kind!r} is neither text nor "
+                                     "image")
+            is_parts = texts is None
+            content = parts if is_parts else "".join(texts)
+        out.append((message["role"], content, is_parts))
     if n_parts != len(request.images):
         raise ValueError(f"request {request.key!r} has {n_parts} image part(s) in its messages but "
                          f"{len(request.images)} image(s)")
@@ -546,10 +593,8 @@ class RatePacer:
             self.tokens -= tokens
 
 
-class _Refused(Exception):
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
+# A GenerationResult as the tuple of its fields, in the order GenerationResult(*fields) takes them back.
+_result_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(GenerationResult)))
 
 
 def _body_around(decoding: Decoding) -> tuple[bytes, bytes] | None:
@@ -641,21 +686,22 @@ class OpenAIEngine:
         if request.sample_keys and self.decoding.temperature == 0:
             raise ValueError(f"request {request.key!r} asks for {len(request.sample_keys)} samples but the engine "
                              "decodes greedily (temperature 0): every sample would be the same response")
-        messages = openai_messages(request)
         if self._body_around is not None:  # greedy: one body, the same for every request but its messages
             prefix, suffix = self._body_around
-            return [(None, prefix + json.dumps(messages, ensure_ascii=False).encode("utf-8") + suffix)]
+            return [(None, prefix + messages_json(request).encode("utf-8") + suffix)]
+        messages = openai_messages(request)
         keys: tuple[str | None, ...] = request.sample_keys or (None,)
         return [(k, json.dumps(request_body(messages, self.decoding, k if k is not None else request.key),
                                ensure_ascii=False).encode("utf-8")) for k in keys]
 
-    async def _post(self, session, url: str, body: bytes, sample_key: str | None,
-                    on_retry: Callable[[str], None]) -> GenerationResult:
-        """POST one body with retries (each one's cause handed to `on_retry`). Returns the result (`failed` set
-        when every try failed); raises _Refused, or EngineUnavailable on an answer that means no request can
-        succeed (401, 404, ...)."""
+    async def _post(self, session, job: tuple[str, bytes, str | None], on_retry: Callable[[str], None]) -> tuple:
+        """In the client process: POST one job's body (server, body, sample key) with retries (each one's cause
+        handed to `on_retry`). Returns the result (`refused` set on a refusal, `failed` when every try failed) as
+        the tuple of its fields (`_take` makes it again: a dataclass crosses the pipe ~10x slower); raises
+        EngineUnavailable on an answer that means no request can succeed (401, 404, ...)."""
         import aiohttp
 
+        url, body, sample_key = job
         endpoint = url + "/chat/completions"
         problem = ""
         for attempt in range(self.max_retries + 1):
@@ -672,13 +718,14 @@ class OpenAIEngine:
                             result = parse_completion(json.loads(await resp.read()), sample_key)
                             if self.pacer is not None:
                                 self.pacer.spent(result.prompt_tokens + result.generated_tokens)
-                            return result
+                            return _result_fields(result)
                         except ValueError as err:  # MalformedResponse, or not JSON (or not text) at all
                             problem = self._scrub(f"an answer that is not a chat completion ({err})")[:500]
                     else:
                         message = server_message(status, await resp.text(errors="replace"), self._api_key)
-                        if status in REFUSED_STATUSES:
-                            raise _Refused(message)
+                        if status in REFUSED_STATUSES:  # this request, as sent, will never be answered
+                            return _result_fields(GenerationResult("", 0, 0, hit_limit=False, sample_key=sample_key,
+                                                                   refused=message))
                         if status not in RETRY_STATUSES:  # 401/403 (key), 404 (URL or model), 422 (a field it
                             # does not take): every request fails
                             raise EngineUnavailable(f"engine server {url} answered {message}; check "
@@ -696,8 +743,8 @@ class OpenAIEngine:
             raise EngineUnavailable(
                 f"engine server {url} failed {self.max_retries + 1} times in a row (last: {problem}); every finished "
                 "record is on disk: rerun the same command once the server answers again")
-        return GenerationResult("", 0, 0, hit_limit=False, sample_key=sample_key,
-                                failed=f"{self.max_retries + 1} tries failed (last: {problem})")
+        return _result_fields(GenerationResult("", 0, 0, hit_limit=False, sample_key=sample_key,
+                                               failed=f"{self.max_retries + 1} tries failed (last: {problem})"))
 
     def _scrub(self, text: str) -> str:
         return scrub(text, self._api_key)
@@ -731,16 +778,16 @@ class OpenAIEngine:
 
         The HTTP client runs in a process of its own (`rsgen.engine.client_process`: in a thread it shared one GIL
         with the stage's work on each answer). This side builds the bodies and hands them over a batch at a time
-        (one pipe write), when at least an eighth of the slots are free, keeping as many again waiting in the
-        client (AHEAD): the client starts the next request the moment one ends, as a single-process client does,
+        (one pipe write), when at least half the concurrency's worth is free, keeping AHEAD times the concurrency
+        waiting in the client: the client starts the next request the moment one ends, as a single-process client does,
         not when this side has taken the answer. Answers come back as many as are ready at once, with the
         retries the client counted."""
         import aiohttp  # noqa: F401  (imported before the fork, never in the child: rsgen.engine.client_process)
 
-        client = ClientProcess(self._open_session, self._call)
-        pending: dict[int, ChatRequest] = {}
+        client = ClientProcess(self._open_session, self._post)
+        pending: dict[int, tuple[ChatRequest, int]] = {}  # job id -> (request, its body's bytes)
+        pending_bytes = 0
         ids = itertools.count()
-        refill_at = max(1, (self.adaptive.START if self.adaptive else self.max_concurrency) // 8)  # a hand-over's worth
         work = self._work(requests)
         exhausted = False
         sent_limit = 0
@@ -748,16 +795,21 @@ class OpenAIEngine:
 
         def refill(force: bool = False) -> None:
             """Hand the client as many new requests as fit its window, when enough do (and a new limit)."""
-            nonlocal exhausted, sent_limit
+            nonlocal exhausted, sent_limit, pending_bytes
             limit = self.adaptive.limit if self.adaptive is not None else self.max_concurrency
             free = limit * (1 + AHEAD) - len(pending)
             jobs = []
-            if not exhausted and free > 0 and (force or free >= refill_at):
-                for server, body, request, sample_key in itertools.islice(work, free):
+            room = pending_bytes < AHEAD_BYTES or len(pending) < limit  # the in-flight slots are always filled
+            if not exhausted and free > 0 and (force or free >= max(1, limit // 2)) and room:
+                exhausted = True
+                for server, body, request, sample_key in work:
                     job_id = next(ids)
-                    pending[job_id] = request
+                    pending[job_id] = (request, len(body))
+                    pending_bytes += len(body)
                     jobs.append((job_id, (server, body, sample_key)))
-                exhausted = len(jobs) < free
+                    if len(jobs) == free or (pending_bytes >= AHEAD_BYTES and len(pending) >= limit):
+                        exhausted = False
+                        break
             if jobs or limit != sent_limit:
                 client.send(limit, jobs)
                 sent_limit = limit
@@ -773,7 +825,9 @@ class OpenAIEngine:
                 for cause in retries:
                     self._count_retry(cause)
                 for job_id, result in results:
-                    yield self._take(pending.pop(job_id), result)
+                    request, size = pending.pop(job_id)
+                    pending_bytes -= size
+                    yield self._take(request, result)
                     refill()  # the server is fed while the stage works through the answers already back
         finally:
             client.close()
@@ -794,10 +848,10 @@ class OpenAIEngine:
         self.in_flight_seconds += in_flight * (now - since)
         return now
 
-    def _take(self, request: ChatRequest, result: GenerationResult | BaseException
-              ) -> tuple[ChatRequest, GenerationResult]:
-        if isinstance(result, BaseException):  # EngineUnavailable: the stage ends, its records are kept
-            raise result
+    def _take(self, request: ChatRequest, fields: tuple | BaseException) -> tuple[ChatRequest, GenerationResult]:
+        if isinstance(fields, BaseException):  # EngineUnavailable: the stage ends, its records are kept
+            raise fields
+        result = GenerationResult(*fields)
         self.stats.requests += 1
         self.stats.prompt_tokens += result.prompt_tokens
         self.stats.padded_prompt_tokens += result.prompt_tokens
@@ -838,12 +892,3 @@ class OpenAIEngine:
         return aiohttp.ClientSession(connector=connector,
                                      headers={**_headers(self._api_key), "Content-Type": "application/json"},
                                      timeout=aiohttp.ClientTimeout(total=self.timeout_seconds))
-
-    async def _call(self, session, job: tuple[str, bytes, str | None], on_retry: Callable[[str], None]
-                    ) -> GenerationResult:
-        """In the client process: one request, with its retries (each cause handed to `on_retry`)."""
-        server, body, sample_key = job
-        try:
-            return await self._post(session, server, body, sample_key, on_retry)
-        except _Refused as refused:
-            return GenerationResult("", 0, 0, hit_limit=False, sample_key=sample_key, refused=refused.message)

@@ -24,7 +24,7 @@ from rsgen.generate import STAGE
 from rsgen.layout import OutputLayout
 from rsgen.records import GenerateRecord, model_output, read_records, sample_key, verifier_fields
 from rsgen.references import check_references
-from rsgen.schema import PreparedPool, PreparedQuestion, iter_questions, open_prepared, user_turn
+from rsgen.schema import PreparedPool, PreparedQuestion, iter_questions, open_prepared, qa_ids, user_turn
 from rsgen.store import CheckpointStore, KeyedWorkSummary, distributed_state, run_keyed_work
 from rsgen.verifiers.decision import NO_ANSWER
 
@@ -43,17 +43,17 @@ class WorkItem(PreparedQuestion):
 
 def ordered_keys(prepared: PreparedPool, num_samples: int) -> list[str]:
     """Every work key of the prepared pool (each QA pair, each sample), in the pool's stable order."""
-    keys: list[str] = []
-    seen: dict[str, int] = {}
-    for q in iter_questions(prepared):
-        if q.id in seen:
-            raise RecipeError(
-                f"prepared pool has QA id {q.id!r} twice (rows {seen[q.id]} and {q.row}); "
-                "ids must be unique: rerun `rsgen prepare` into a fresh output_dir"
-            )
-        seen[q.id] = q.row
-        keys.extend(sample_key(q.id, sample, num_samples) for sample in range(num_samples))
-    return keys
+    ids = [qa_id for qa_id, _ in qa_ids(prepared)]
+    if len(set(ids)) != len(ids):  # read again for the rows to name
+        seen: dict[str, int] = {}
+        for qa_id, row in qa_ids(prepared):
+            if qa_id in seen:
+                raise RecipeError(
+                    f"prepared pool has QA id {qa_id!r} twice (rows {seen[qa_id]} and {row}); "
+                    "ids must be unique: rerun `rsgen prepare` into a fresh output_dir"
+                )
+            seen[qa_id] = row
+    return [sample_key(qa_id, sample, num_samples) for qa_id in ids for sample in range(num_samples)]
 
 
 def work_items(prepared: PreparedPool, num_samples: int, wanted: set[str]) -> list[WorkItem]:
@@ -64,7 +64,7 @@ def work_items(prepared: PreparedPool, num_samples: int, wanted: set[str]) -> li
         for sample in range(num_samples):
             key = sample_key(q.id, sample, num_samples)
             if key in wanted:
-                items.append(WorkItem(**vars(q), key=key, sample=sample))
+                items.append(WorkItem(q.id, q.row, q.family, q.question, q.answers, q.options, key, sample))
     return items
 
 

@@ -168,6 +168,24 @@ class CheckpointStore:
         return PartWriter(self.directory, rank, every_items, every_seconds)
 
 
+_encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False) without a new encoder each call
+_line_orders: dict[tuple[str, ...], tuple[str, ...]] = {}  # a record's field names -> the order they are written in
+
+
+def record_line(rec: dict[str, Any]) -> str:
+    """One record as a part's line: "key" first, the rest sorted (stable bytes, and done_keys() reads the key without
+    a full parse). The order is worked out once per set of field names -- every record of a stage has one or two
+    -- not sorted again per record: with the encoder made once, ~6 us a record instead of ~10 (bench_server's
+    stage part)."""
+    names = tuple(rec)
+    order = _line_orders.get(names)
+    if order is None:
+        if len(_line_orders) > 1024:  # records of ever new shapes (none so far): no unbounded cache
+            _line_orders.clear()
+        order = _line_orders[names] = ("key", *sorted(name for name in names if name != "key"))
+    return _encode({name: rec[name] for name in order}) + "\n"
+
+
 class PartWriter:
     """Buffers records and flushes them as one new part every `every_items` records or `every_seconds`.
 
@@ -207,11 +225,7 @@ class PartWriter:
         self.last_flush = time.monotonic()
         if not self.buffer:
             return
-        # "key" first, the rest sorted: stable bytes, and done_keys() reads the key without a full parse.
-        data = "".join(
-            json.dumps({"key": rec["key"], **{k: rec[k] for k in sorted(rec) if k != "key"}}, ensure_ascii=False) + "\n"
-            for rec in self.buffer
-        ).encode("utf-8")
+        data = "".join([record_line(rec) for rec in self.buffer]).encode("utf-8")
         path = self._publish([data])
         self.buffer = []
         self._written(path, len(data), 0)

@@ -13,7 +13,7 @@ import pytest
 from engine_helpers import image_requests, png_bytes
 
 from rsgen.config import RecipeConfig, RecipeError, recipe_from_dict
-from rsgen.engine import ChatRequest, EngineUnavailable, engine_spec
+from rsgen.engine import ChatRequest, EngineUnavailable, GenerationResult, engine_spec
 from rsgen.engine import openai_engine as oe
 from rsgen.engine.openai_engine import (
     OpenAIEngine,
@@ -88,6 +88,25 @@ def test_a_greedy_body_is_byte_identical_to_encoding_the_whole_body_and_images_o
     other = png_bytes(8, 8, 200)
     assert oe.image_data_uri(other) != oe.image_data_uri(image)
     assert oe.image_data_uri(image) == "data:image/png;base64," + __import__("base64").b64encode(image).decode()
+
+
+def test_messages_json_is_json_dumps_of_the_openai_messages_byte_for_byte():
+    one, two = png_bytes(8, 8, 0), png_bytes(9, 8, 1)
+    image, text = {"type": "image"}, {"type": "text", "text": "How many? \u00e9 \"q\" \\ \u0000\n"}
+    requests = [
+        ChatRequest("a", [{"role": "user", "content": [image, text]}], [one]),
+        ChatRequest("b", [{"role": "user", "content": [image, text]}], [one]),  # the same image again: cached part
+        ChatRequest("c", [{"role": "user", "content": [text, image, image, text]}], [two, one]),
+        ChatRequest("d", [{"role": "system", "content": "be brief \u00e9"}, {"role": "user", "content": [text, text]},
+                          {"role": "assistant", "content": None}, {"role": "user", "content": []}]),
+        ChatRequest("e", [{"role": "user", "content": [image, text]}], [bytearray(two)]),
+    ]
+    for request in requests:
+        assert oe.messages_json(request) == json.dumps(openai_messages(request), ensure_ascii=False)
+    with pytest.raises(ValueError, match="request 'q1' has 2 image part"):
+        oe.messages_json(ChatRequest("q1", _image_request().messages, [png_bytes(8, 8, 0)]))
+    with pytest.raises(ValueError, match="neither text nor image"):
+        oe.messages_json(ChatRequest("v", [{"role": "user", "content": [{"type": "video"}]}]))
 
 
 def test_sampling_sends_one_request_per_sample_key_with_a_seed_of_that_key():
@@ -170,6 +189,36 @@ def test_requests_in_flight_never_exceed_max_concurrency_and_reach_it():
         engine = OpenAIEngine(stub.base_url, STUB_MODEL, max_concurrency=5)
         assert len(list(engine.generate(image_requests(30)))) == 30
     assert state["peak"] == 5 and engine.stats.in_flight_peak == 5
+
+
+@pytest.mark.parametrize("ahead_bytes, most_handed_over", [(1 << 30, 5 * (1 + oe.AHEAD)), (1, 5)])
+def test_requests_wait_in_the_client_up_to_ahead_times_the_concurrency_and_ahead_bytes(monkeypatch, ahead_bytes,
+                                                                                        most_handed_over):
+    """Beyond the concurrency, requests wait in the client process only while their bodies stay under AHEAD_BYTES
+    (a pool of large images would otherwise hold AHEAD x the concurrency of base64 bodies)."""
+    monkeypatch.setattr(oe, "AHEAD_BYTES", ahead_bytes)
+    handed: list[int] = []  # requests handed over and not yet answered, after each hand-over
+
+    class SlowClient:  # answers the oldest request handed over, one per receive
+        def __init__(self, open_client, call):
+            self.jobs: list = []
+            self.running = self.peak = 0
+
+        def send(self, limit, jobs):
+            self.jobs.extend(jobs)
+            handed.append(len(self.jobs))
+
+        def receive(self):
+            job_id, (_, _, sample_key) = self.jobs.pop(0)
+            return [(job_id, oe._result_fields(GenerationResult("2", 1, 1, False, sample_key)))], []
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(oe, "ClientProcess", SlowClient)
+    engine = OpenAIEngine("http://127.0.0.1:1/v1", STUB_MODEL, max_concurrency=5)
+    assert len(list(engine.generate(image_requests(60)))) == 60
+    assert max(handed) == most_handed_over, handed
 
 
 def test_5xx_and_429_are_retried_honouring_retry_after(quick_backoff):
