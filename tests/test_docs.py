@@ -92,7 +92,9 @@ def test_the_readmes_demo_and_iterate_figures_are_quoted_command_output_in_docs(
     truth line, checked by tests/demo/test_truth.py; docs/iterate.md: the iterate report's and bench_iterate_rows'
     tables): they must be those, not a copy left behind when the page was re-measured."""
     readme = (ROOT / "README.md").read_text()
-    assert re.search(r"it ends `demo finished in \d+ s` on ", readme)  # `rsgen demo`'s last line (tests/test_demo_command.py)
+    # `rsgen demo`'s last line (tests/test_demo_command.py): a wall time, so with its machine, load, date and commit
+    assert re.search(r"it ends with its wall time: `demo finished in \d+ s` on .{0,40} at load [\d.]+ on "
+                     r"\d{4}-\d\d-\d\d, commit [0-9a-f]{7}", " ".join(readme.split()))
     demo_table = next(b for b in fenced_blocks(readme) if b.startswith("family        accepted"))
     assert "truth check:" in demo_table
     assert demo_table in fenced_blocks((ROOT / "docs" / "demo.md").read_text())
@@ -112,3 +114,23 @@ def test_the_readmes_demo_and_iterate_figures_are_quoted_command_output_in_docs(
         assert " ".join(bench_lines[line]) in in_readme, (line, bench_lines[line])
     rounds = [line.split() for line in printed.splitlines() if re.match(r"[03] {10,}", line)]
     assert rounds[0][3] == "22.6%" and rounds[1][3] == "20.9%", rounds  # held-out truth, rounds 0 and 3
+
+
+def section_of(page: str, heading: str) -> str:
+    return page.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize(("heading", "pattern"), [
+    ("## The demo, measured", r"[+-]?\d+\.\d ± \d+\.\d|\d+\.\d%|\b0\.\d{3}\b"),  # changes ± se, rates, SFT losses
+    ("## What the data is worth: one table", r"\d+\.\d%"),  # its ± figures: the test beside its bench
+])
+def test_iterates_prose_figures_are_in_the_command_output_it_quotes(heading, pattern):
+    """docs/iterate.md's prose about the demo loop reads its figures off the tables quoted beside it (the output of
+    `rsgen iterate` / `python -m rsgen.iterate.report`, `bench/bench_iterate_rows.py`, `bench/bench_training_value.py`,
+    each checked against its command by the tests those blocks name): a figure typed by hand, or one left behind when
+    a table was re-measured, is in no table and fails."""
+    section = section_of((ROOT / "docs" / "iterate.md").read_text().replace("−", "-"), heading)
+    printed = "\n".join(fenced_blocks(section))
+    figures = re.findall(pattern, " ".join(outside_code(section).split()))
+    assert len(figures) >= 3, figures
+    assert [f for f in figures if f not in printed] == []
