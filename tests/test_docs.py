@@ -134,3 +134,18 @@ def test_iterates_prose_figures_are_in_the_command_output_it_quotes(heading, pat
     figures = re.findall(pattern, " ".join(outside_code(section).split()))
     assert len(figures) >= 3, figures
     assert [f for f in figures if f not in printed] == []
+
+
+def test_iterates_counts_in_prose_are_the_ones_its_commands_print():
+    """The demo loop's prose counts: the base's training rows are `train_demo_model.py --show --base`'s (quoted in
+    docs/demo.md, tests/demo/test_demo_docs.py), the wrong accepted pairs per round the iterate table's truth check."""
+    page = (ROOT / "docs" / "iterate.md").read_text()
+    section = section_of(page, "## The demo, measured")
+    prose = " ".join(outside_code(section).split())
+    rows = re.search(r"the base itself was trained on ([\d,]+) rows from scratch", prose).group(1)
+    base_block = next(b for b in fenced_blocks((ROOT / "docs" / "demo.md").read_text()) if b.startswith("base_model:"))
+    assert "run 1: from scratch, " in base_block and f", {rows} training rows" in base_block, (rows, base_block)
+    printed = "\n".join(fenced_blocks(section))
+    truth_line = next(line for line in printed.splitlines() if line.startswith("truth check"))
+    wrong = re.findall(r"round \d+ (\d+) of \d+", truth_line)
+    assert f"(accepted pairs against the scene: {', '.join(wrong[:-1])}, {wrong[-1]} of about 700)" in prose, wrong
