@@ -149,3 +149,41 @@ def test_iterates_counts_in_prose_are_the_ones_its_commands_print():
     truth_line = next(line for line in printed.splitlines() if line.startswith("truth check"))
     wrong = re.findall(r"round \d+ (\d+) of \d+", truth_line)
     assert f"(accepted pairs against the scene: {', '.join(wrong[:-1])}, {wrong[-1]} of about 700)" in prose, wrong
+
+
+def test_iterates_demo_table_is_what_the_report_prints_from_its_counts():
+    """docs/iterate.md's demo table (`python -m rsgen.iterate.report`) recomputed: the rates it shows are counts of
+    its 800 held-out pairs, and `rounds_table` on those counts (with its losses, rows, models and truth checks) must
+    print the quoted block exactly: the changes ± se and the last round against the base are computed, not typed."""
+    from rsgen.iterate.report import rounds_table
+
+    section = section_of((ROOT / "docs" / "iterate.md").read_text(), "## The demo, measured")
+    block = next(b for b in fenced_blocks(section) if b.startswith("round ")).rstrip("\n")
+    lines = block.splitlines()
+    held = re.match(r"held out: (\d+) images \((\d+)% of each family's\), (\d+) QA pairs", lines[-4])
+    qa = int(held[3])
+
+    def count_rate(shown: str) -> float:
+        """The rate of the one count of `qa` that prints as `shown`."""
+        rates = [k / qa for k in range(qa + 1) if f"{k / qa:.1%}" == shown]
+        assert len(rates) == 1, shown
+        return rates[0]
+
+    row = re.compile(r"(\d+) +(\S+%) +(\S+%) +(\S+%) +(?:-|\S+ ± \S+) +(\S+%) +(\d+) +(?:(\d+) pairs|-) +"
+                     r"(?:(\S+) -> (\S+)|-) +(\S+)$")
+    wrong = dict(re.findall(r"round (\d+) (\d+ of \d+)", lines[-2]))
+    rounds = []
+    for line in lines[2:-4]:
+        r = row.match(line)
+        assert r, line
+        training = {"rows": int(r[7]), "losses": [[1, float(r[8])], [2, float(r[9])]]} if r[7] else {}
+        accepted_wrong, accepted = wrong[r[1]].split(" of ")
+        rounds.append({"round": int(r[1]), "model": r[10], "training": training,
+                       "train": {"accept_rate": float(r[5][:-1]) / 100},
+                       "held_out": {"qa": qa, "verifier_rate": count_rate(r[2]), "accept_rate": count_rate(r[3]),
+                                    "truth_rate": count_rate(r[4])},
+                       "contributed_accepted": int(r[6]),
+                       "truth": {"accepted_wrong": int(accepted_wrong), "accepted": int(accepted)}})
+    data = {"rounds": rounds, "held_out": {"images": int(held[1]), "fraction": int(held[2]) / 100},
+            "judge_model": re.match(r"judge in every round: (\S+)", lines[-3])[1]}
+    assert rounds_table(data) == block
