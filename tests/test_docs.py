@@ -151,6 +151,13 @@ def test_iterates_counts_in_prose_are_the_ones_its_commands_print():
     assert f"(accepted pairs against the scene: {', '.join(wrong[:-1])}, {wrong[-1]} of about 700)" in prose, wrong
 
 
+def rate_of_count(shown: str, qa: int) -> float:
+    """The rate of the one count of `qa` pairs that prints as `shown` (`22.6%`)."""
+    rates = [k / qa for k in range(qa + 1) if f"{k / qa:.1%}" == shown]
+    assert len(rates) == 1, shown
+    return rates[0]
+
+
 def test_iterates_demo_table_is_what_the_report_prints_from_its_counts():
     """docs/iterate.md's demo table (`python -m rsgen.iterate.report`) recomputed: the rates it shows are counts of
     its 800 held-out pairs, and `rounds_table` on those counts (with its losses, rows, models and truth checks) must
@@ -164,10 +171,7 @@ def test_iterates_demo_table_is_what_the_report_prints_from_its_counts():
     qa = int(held[3])
 
     def count_rate(shown: str) -> float:
-        """The rate of the one count of `qa` that prints as `shown`."""
-        rates = [k / qa for k in range(qa + 1) if f"{k / qa:.1%}" == shown]
-        assert len(rates) == 1, shown
-        return rates[0]
+        return rate_of_count(shown, qa)
 
     row = re.compile(r"(\d+) +(\S+%) +(\S+%) +(\S+%) +(?:-|\S+ ± \S+) +(\S+%) +(\d+) +(?:(\d+) pairs|-) +"
                      r"(?:(\S+) -> (\S+)|-) +(\S+)$")
@@ -187,3 +191,21 @@ def test_iterates_demo_table_is_what_the_report_prints_from_its_counts():
     data = {"rounds": rounds, "held_out": {"images": int(held[1]), "fraction": int(held[2]) / 100},
             "judge_model": re.match(r"judge in every round: (\S+)", lines[-3])[1]}
     assert rounds_table(data) == block
+
+
+@pytest.mark.parametrize("header", ["line                           rows", "line                                        fine"])
+def test_the_bench_tables_changes_against_the_base_are_computed_from_their_counts(header):
+    """docs/iterate.md's bench_iterate_rows and bench_training_value tables at the recipe's size: each line's `truth
+    vs base` is what the benches print (`change_text(rate_change(...))`) for the counts of 800 pairs its truth rate
+    stands for."""
+    from rsgen.iterate.report import change_text, rate_change
+
+    page = (ROOT / "docs" / "iterate.md").read_text()
+    block = next(b for b in fenced_blocks(page) if b.startswith(header) and "held out: 800 QA pairs" in b)
+    qa = 800
+    rows = [re.split(r"\s{2,}", line.strip()) for line in block.splitlines()[2:-2]]
+    truth_at = max(i for i, cell in enumerate(rows[0]) if cell.endswith("%"))  # verifier, then truth; then the change
+    base = {"qa": qa, "truth_rate": rate_of_count(rows[0][truth_at], qa)}
+    for row in rows[1:]:
+        held = {"qa": qa, "truth_rate": rate_of_count(row[truth_at], qa)}
+        assert row[truth_at + 1] == change_text(rate_change(held, base)), row
