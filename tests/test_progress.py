@@ -194,3 +194,25 @@ def test_pipeline_pushes_progress_only_with_push_to_hub(tmp_path, monkeypatch):
     assert api.calls[1][1]["path_or_fileobj"].decode().endswith("SECTION")
     with pytest.raises(Exception, match="hub_progress_every_minutes must be >= 0"):
         recipe_from_dict({**base, "hub_progress_every_minutes": -1})
+
+
+def test_docs_quote_status_on_the_progress_json_a_sigkill_left(capsys):
+    """docs/scale.md's SIGKILL example: `rsgen status` on the progress.json a demo run left when it was killed
+    mid-generate (kept in tests/data/killed_demo_run/, since where a kill lands is timing), read two minutes after
+    its last write; the page's sentence states that file's counts (handed to the writer, on disk)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    killed = root / "tests" / "data" / "killed_demo_run"
+    data = read_progress(killed)
+    printed = status_table(data, now=data["written_unix"] + 2 * 60 + 5)
+    docs = (root / "docs" / "scale.md").read_text()
+    assert "`rsgen status --output_dir /tmp/house_killed` two minutes later" in docs
+    assert f"```\n{printed}\n```" in docs, printed
+    gen = data["stages"]["generate"]
+    assert gen["done"] > gen["on_disk"]  # what a SIGKILL loses: the records a rank still buffered
+    assert (f"{gen['done']} answers had been handed to the checkpoint writer, {gen['on_disk']} of them written; the "
+            f"store held exactly {gen['on_disk']} records") in " ".join(docs.split())
+    # The command prints the same table (its first line says how long ago, from the clock).
+    table = status(capsys, "--output_dir", str(killed))
+    assert table.startswith("stopped ") and table.splitlines()[1:] == printed.splitlines()[1:]

@@ -47,8 +47,10 @@ def test_the_fast_table_has_every_line_on_one_held_out_slice(tmp_path):
     steps = [int(row[58:64]) for row in rows]
     assert steps == [0, 4, 4, 4, 4, 8], table
     assert "with one round STaR is the ReST-EM run" in table
-    # docs/iterate.md quotes this command's table: the same header and footnotes, every line.
+    # docs/iterate.md quotes this command's table: the same header and footnotes, every line; and this --fast
+    # table whole, as printed (the latest releases: this tier's environment).
     docs = (ROOT / "docs" / "iterate.md").read_text()
+    assert f"```\n{table}\n```" in docs, table
     assert f"\n{table.splitlines()[0]}\n" in docs
     for line in ["base", "SFT, official answers", "SFT, accepted RS_think (1 round)", "ReST-EM (", "STaR (",
                  "STaR round 1 + DPO (on-policy)", "held out: ", "ReST-EM, STaR and DPO fine-tune on iterate_sft_rows: "]:

@@ -161,6 +161,13 @@ def test_by_url_the_same_dataset_with_the_judge_and_the_blind_check_served_by_vl
     stats = json.loads((tmp / "url" / "stats.json").read_text())
     assert set(stats["server_requests"]) == {"generate", "judge", "blind"}  # every model stage asked vLLM
     assert all(c["failed"] == c["refused"] == c["no_content"] == 0 for c in stats["server_requests"].values())
+    # docs/engines.md's table quotes this run: the pool's size and every stage's requests, none retried.
+    assert all(not c["retries"] for c in stats["server_requests"].values()), stats["server_requests"]
+    requests = {stage: c["requests"] for stage, c in stats["server_requests"].items()}
+    docs = " ".join((Path(__file__).resolve().parents[2] / "docs" / "engines.md").read_text().split())
+    assert f"16-image demo pool ({stats['totals']['prepared_qa']} QA pairs, the judge and the blind check on)" in docs
+    assert (f"`server_requests`: generate {requests['generate']}, judge {requests['judge']}, blind {requests['blind']} "
+            "requests, no retry, drop or refusal") in docs, requests
 
 
 def test_sigkill_of_rsgen_mid_generate_then_rerun_gives_the_same_dataset(reference, server, tmp):
