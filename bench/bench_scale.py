@@ -2,6 +2,8 @@
 
     python bench/bench_scale.py                          # 10,000 and 100,000 QA pairs
     python bench/bench_scale.py --sizes 100000 1000000   # up to a million (the pool is drawn once, then cached)
+    python bench/bench_scale.py --sizes 100000 1000000 --keep-work DIR               # keep each size's work in DIR
+    python bench/bench_scale.py --sizes 100000 1000000 --keep-work DIR --stage emit  # emit alone again on it
 
 The model is taken out: the server is the STUB (`python -m rsgen.testing.stub_server`, in a process of its own),
 which answers every request at once with the same text (`2`, with a line of reasoning returned apart), so that
@@ -23,6 +25,7 @@ are mostly process start-up; the ratio is printed for them too.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -111,20 +114,30 @@ def run_stage(stage: str, recipe: Path, output_dir: Path, log: Path) -> dict:
             "work_files": count_files(output_dir / "work")}
 
 
-def run_size(qa_pairs: int, pool_dir: Path, keep: Path | None) -> dict:
+def run_size(qa_pairs: int, pool_dir: Path, keep: Path | None, keep_work: Path | None = None,
+             only: tuple[str, ...] = STAGES) -> dict:
     from rsgen.testing.stub_server import free_port
 
     images = math.ceil(qa_pairs / QA_PER_IMAGE)
     pool = draw_pool(pool_dir, images)
-    with tempfile.TemporaryDirectory(prefix="rsgen-bench-scale-", dir=keep) as tmp:
-        tmp = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        if keep_work is None:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rsgen-bench-scale-", dir=keep)))
+        else:  # kept, so that a later run can measure one stage again on the same work (--stage)
+            tmp = keep_work / f"qa-{qa_pairs}"
+            tmp.mkdir(parents=True, exist_ok=True)
         output_dir, recipe, log = tmp / "out", tmp / "recipe.yaml", tmp / "rsgen.log"
+        if only == STAGES and output_dir.exists():  # the stages would resume finished work: nothing measured
+            raise SystemExit(f"{output_dir} holds an earlier run: remove it, or measure stages again with --stage")
+        if only != STAGES and not (output_dir / "prepared" / "prepare_report.json").exists():
+            raise SystemExit(f"--stage {' '.join(only)} needs the earlier stages' work in {tmp}: run once with "
+                             "--keep-work and every stage first")
         port = free_port()
         stub = start_stub(port, tmp / "stub.log")
         try:
             write_recipe(recipe, output_dir, pool, port)
             stages = []
-            for stage in STAGES:
+            for stage in only:
                 stages.append(run_stage(stage, recipe, output_dir, log))
                 print(json.dumps({"qa_pairs_asked": qa_pairs, **stages[-1]}), flush=True)
         finally:
@@ -137,6 +150,11 @@ def run_size(qa_pairs: int, pool_dir: Path, keep: Path | None) -> dict:
                 "dataset_files": count_files(output_dir / "dataset"), "totals": stats.get("totals", {})}
 
 
+def _whole(result: dict) -> bool:
+    """Whether a result ran every stage (not `--stage`)."""
+    return [s["stage"] for s in result["stages"]] == list(STAGES)
+
+
 def print_table(results: list[dict]) -> None:
     print()
     print(f"{'QA pairs':>10} {'stage':>9} {'seconds':>9} {'pairs/s':>9} {'peak MB':>8} {'work files':>10}")
@@ -144,6 +162,8 @@ def print_table(results: list[dict]) -> None:
         for s in r["stages"]:
             print(f"{r['qa_pairs']:>10,} {s['stage']:>9} {s['seconds']:>9.1f} {r['qa_pairs'] / s['seconds']:>9,.0f} "
                   f"{s['peak_rss_mb']:>8.0f} {s['work_files']:>10,}")
+        if not _whole(r):  # --stage: a total of some stages is no pipeline's
+            continue
         total = sum(s["seconds"] for s in r["stages"])
         peak = max(s["peak_rss_mb"] for s in r["stages"])
         print(f"{r['qa_pairs']:>10,} {'total':>9} {total:>9.1f} {r['qa_pairs'] / total:>9,.0f} {peak:>8.0f} "
@@ -163,7 +183,7 @@ def print_table(results: list[dict]) -> None:
                 if a["stage"] in FLAT_RSS_STAGES:
                     verdicts.append((f"{a['stage']} peak RSS flat (<= {GOAL_RSS_GROWTH}x from {small['qa_pairs']:,} "
                                      f"to {big['qa_pairs']:,})", rss <= GOAL_RSS_GROWTH))
-    for r in results:
+    for r in filter(_whole, results):
         peak = max(s["peak_rss_mb"] for s in r["stages"])
         total = sum(s["seconds"] for s in r["stages"])
         per_million = total * 1_000_000 / r["qa_pairs"]
@@ -184,6 +204,11 @@ def main() -> None:
     parser.add_argument("--pool-dir", type=Path, default=Path.home() / ".cache" / "rsgen-bench",
                         help="where drawn demo pools are kept between runs")
     parser.add_argument("--keep", type=Path, default=None, help="run in a folder under this one (default: /tmp)")
+    parser.add_argument("--keep-work", type=Path, default=None,
+                        help="run each size in DIR/qa-SIZE and keep it there (its work, outputs and logs)")
+    parser.add_argument("--stage", nargs="+", choices=STAGES, default=None,
+                        help="only run these stages, each in a fresh process, on the work kept by an earlier "
+                             "--keep-work run of the same sizes (e.g. --stage emit: emit alone, its peak RSS)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this file (after each size)")
     parser.add_argument("--table", type=Path, nargs="+", default=None,
                         help="only print the table of results written by --json (one or more files, in size order)")
@@ -191,10 +216,13 @@ def main() -> None:
     if args.table:
         print_table([r for path in args.table for r in json.loads(path.read_text())])
         return
+    if args.stage and args.keep_work is None:
+        parser.error("--stage needs --keep-work DIR (the work of an earlier run to run the stages on again)")
     args.pool_dir.mkdir(parents=True, exist_ok=True)
+    only = tuple(s for s in STAGES if s in args.stage) if args.stage else STAGES
     results = []
     for size in args.sizes:
-        results.append(run_size(size, args.pool_dir, args.keep))
+        results.append(run_size(size, args.pool_dir, args.keep, args.keep_work, only))
         if args.json:
             args.json.write_text(json.dumps(results, indent=1))
     print_table(results)

@@ -101,3 +101,43 @@ def test_reading_the_pool_writes_nothing_to_the_datasets_cache(pool_dir, tmp_pat
 def test_no_pool_says_what_to_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="rsgen prepare"):
         open_prepared(tmp_path)
+
+
+def _mapped_kib(path) -> int:
+    """KiB of `path` memory-mapped and resident in this process (what a mapped read adds to its RSS)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            if line[0] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:  # a mapping's header line
+                inside = line.rstrip().endswith(str(path))
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+def test_reading_the_pool_holds_about_one_row_group_not_the_shard(tmp_path):
+    """A pass over the pool (batches, take) holds a row group at a time: neither pyarrow's buffers nor the shard's
+    pages (a memory map's touched pages stay in RSS) grow with the shard. 1M QA pairs: one 399 MB shard, emit's peak
+    RSS rose 550 -> 834 MB from 100k (issue #35)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rsgen.schema import PreparedPool
+
+    path = tmp_path / "pool.parquet"
+    group_rows, image_bytes, groups = 4, 32 * 1024, 200  # 200 row groups of 128 KiB: a 25 MiB shard
+    images = [os.urandom(image_bytes) for _ in range(group_rows * groups)]  # incompressible, as images are
+    pq.write_table(pa.table({"image": images, "n": list(range(len(images)))}), path, row_group_size=group_rows,
+                   compression="none")
+    pool = PreparedPool([path])
+    peak = 0
+    seen = []
+    for table in pool.batches(batch_size=6):  # batches cut across row groups
+        seen.extend(table.column("n").to_pylist())
+        peak = max(peak, pa.total_allocated_bytes() + _mapped_kib(path) * 1024)
+    taken = []
+    for table in pool.take(list(range(0, len(images), 3))):
+        taken.extend(table.column("n").to_pylist())
+        peak = max(peak, pa.total_allocated_bytes() + _mapped_kib(path) * 1024)
+    assert seen == list(range(len(images))) and taken == list(range(0, len(images), 3))
+    assert peak < 8 * group_rows * image_bytes, f"{peak / 2**20:.1f} MiB held reading a 25 MiB shard"
