@@ -151,16 +151,20 @@ def openai_messages(request: ChatRequest) -> list[dict]:
 
 
 _encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False), the encoder made once
-_last_part: tuple[bytes, str] = (b"", "")  # (image bytes, JSON of its image_url part) of the last call
+_last_part: tuple[str, str] = ("", "")  # (data URI, JSON of its image_url part) of the last call
 
 
 def _image_part_json(image) -> str:
+    """The JSON of an image's `image_url` part. `image_data_uri` hands back the very same string for the same bytes
+    in a row (its own one-image cache), so that string's identity tells that the part is the last one again: the
+    QA pairs of one image come one after another, and its part is encoded once."""
     global _last_part
-    if isinstance(image, (bytes, bytearray, memoryview)) and image == _last_part[0] and image:
-        return _last_part[1]  # the QA pairs of one image come one after another: its part is encoded once
-    text = '{"type": "image_url", "image_url": {"url": ' + _encode(image_data_uri(image)) + "}}"
-    if not isinstance(image, Image.Image):
-        _last_part = (bytes(image), text)
+    uri = image_data_uri(image)
+    last = _last_part  # read once: a (uri, part) pair is never seen half replaced
+    if uri is last[0]:
+        return last[1]
+    text = '{"type": "image_url", "image_url": {"url": ' + _encode(uri) + "}}"
+    _last_part = (uri, text)
     return text
 
 

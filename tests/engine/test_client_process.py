@@ -97,18 +97,23 @@ def test_the_child_holds_none_of_the_parents_sockets():
         client.close()
 
 
+# The head of the scripts below, which run a ClientProcess in a Python of their own: a client with nothing to close.
+IDLE_CLIENT = textwrap.dedent("""
+    import asyncio, os, signal, sys
+    from rsgen import interrupt
+    from rsgen.engine.client_process import ClientProcess
+
+    class Client:
+        async def close(self):
+            pass
+
+    async def open_client():
+        return Client()
+""")
+
+
 def test_the_child_ends_when_its_parent_is_killed():
-    script = textwrap.dedent("""
-        import asyncio, os, signal, sys
-        from rsgen.engine.client_process import ClientProcess
-
-        class C:
-            async def close(self):
-                pass
-
-        async def open_client():
-            return C()
-
+    script = IDLE_CLIENT + textwrap.dedent("""
         async def call(client, job, report):
             await asyncio.sleep(3600)
 
@@ -139,21 +144,10 @@ def test_a_sigterm_during_the_fork_is_raised_not_lost():
     """A SIGTERM that lands while the client process is forked runs the stage's handler inside an at-fork hook
     (logging's lock release), where an exception is printed and dropped: CI saw a SIGTERMed run go on to the end.
     Here a hook of the test's own sends the signal at that moment; the stage must still be interrupted."""
-    script = textwrap.dedent("""
-        import os, signal
-        from rsgen import interrupt
-        from rsgen.engine.client_process import ClientProcess
-
+    script = IDLE_CLIENT + textwrap.dedent("""
         def hook():
             os.kill(os.getpid(), signal.SIGTERM)
             sum(range(10000))  # Python code in the hook: the handler runs here
-
-        class Client:
-            async def close(self):
-                pass
-
-        async def open_client():
-            return Client()
 
         async def call(client, job, report):
             return job
