@@ -52,7 +52,7 @@ from rsgen.prepare.perceptual import (
     ImageIndex,
     ImageSignature,
     decode_for_hashing,
-    image_signature,
+    image_signatures,
 )
 
 NGRAM = 8
@@ -191,21 +191,36 @@ class QuestionIndex:
 # ------------------------------------------------------------------------------------------ the index of a run
 
 
-def eval_signature(job: tuple[str, bytes | str]) -> ImageSignature | None:
-    """The signature of one evaluation image (kind "bytes" or "path"), None when it cannot be read. Runs in the
-    image workers: it imports numpy and Pillow only."""
+def _decoded(job: tuple[str, bytes | str]):
+    """One evaluation image (kind "bytes" or "path"), decoded for hashing; None when it cannot be read."""
     kind, payload = job
     try:
         if kind == "path":
             with open(payload, "rb") as f:
                 payload = f.read()
-        return image_signature(decode_for_hashing(payload)).packed()  # bytes: cheap to send back
+        image = decode_for_hashing(payload)
+        return image if image.mode == "RGB" else image.convert("RGB")  # a mode Pillow cannot convert is unreadable
     except Exception:  # an unreadable evaluation image is counted in the report, not fatal
         return None
 
 
 def eval_signatures(jobs: list[tuple[str, bytes | str]]) -> list[ImageSignature | None]:
-    return [eval_signature(job) for job in jobs]
+    """The signatures of evaluation images, None for one that cannot be read. Runs in the image workers: it imports
+    numpy and Pillow only."""
+    decoded = [_decoded(job) for job in jobs]
+    readable = [image for image in decoded if image is not None]
+    try:  # packed: as bytes, cheap to send back
+        signed = iter([sig.packed() for sig in image_signatures(readable)])
+    except Exception:  # an image Pillow decoded but cannot sign: found by signing one at a time
+        signed = iter([_signed_alone(image) for image in readable])
+    return [None if image is None else next(signed) for image in decoded]
+
+
+def _signed_alone(image) -> ImageSignature | None:
+    try:
+        return image_signatures([image])[0].packed()
+    except Exception:
+        return None
 
 
 class Decontamination:

@@ -160,7 +160,7 @@ def test_evaluation_images_are_decoded_only_as_large_as_hashing_needs_and_turned
     """A large evaluation JPEG is decoded at reduced size (Image.draft) and still matches its copies as prepare
     signs them (fully decoded); an evaluation image stored rotated with an EXIF orientation is turned upright, as
     prepare turns pool images, so the pool's upright copy matches it."""
-    from rsgen.prepare.decontaminate import eval_signature
+    from rsgen.prepare.decontaminate import eval_signatures
     from rsgen.prepare.perceptual import BASE_SIDE, decode_for_hashing
 
     scene = _demo_image(7, 4)
@@ -169,8 +169,8 @@ def test_evaluation_images_are_decoded_only_as_large_as_hashing_needs_and_turned
     rotated = scene.transpose(Image.Transpose.ROTATE_90)
     exif = Image.Exif()
     exif[0x0112] = 6  # "rotate 90 clockwise to show": what a camera writes for the pixels of `rotated`
-    ImageIndex.write(tmp_path / "large", [eval_signature(("bytes", large))])
-    ImageIndex.write(tmp_path / "rotated", [eval_signature(("bytes", _jpeg(rotated, exif=exif)))])
+    ImageIndex.write(tmp_path / "large", eval_signatures([("bytes", large)]))
+    ImageIndex.write(tmp_path / "rotated", eval_signatures([("bytes", _jpeg(rotated, exif=exif))]))
     for name in ("large", "rotated"):
         index = ImageIndex.open(tmp_path / name)
         for copy in (scene, half(scene), jpeg60(scene)):
