@@ -102,8 +102,8 @@ def _to_rgb(image: Image.Image) -> Image.Image:
 
 
 def _check_image(job: ImageJob) -> tuple[ImageResult, Any]:
-    """The image's checks, and its perceptual signature when the job asks for a match against an evaluation index
-    (else None); the result's eval_match is left to `process_images`."""
+    """The image's checks, and the decoded image when the job asks for a match against an evaluation index (else
+    None); the result's eval_match is left to `process_images`."""
     if job.kind == "path":
         try:
             with open(job.payload, "rb") as f:
@@ -161,13 +161,10 @@ def _check_image(job: ImageJob) -> tuple[ImageResult, Any]:
         stored = buffer.getvalue()
     sha = raw_sha if stored is raw else hashlib.sha256(stored).hexdigest()
     data = None if stored is raw and job.kind == "bytes" else stored  # the main process has the payload already
-    signature = None
-    if job.eval_index is not None:
-        # Signed here, on the decoded upright RGB image, in the worker: no second decode, in no other process.
-        from rsgen.prepare.perceptual import image_signature
-
-        signature = image_signature(image)
-    return ImageResult(None, sha, raw_sha, tuple(conversions), width, height, data), signature
+    # Signed by `process_images`, on the decoded upright RGB image, in the worker: no second decode, in no other
+    # process.
+    return ImageResult(None, sha, raw_sha, tuple(conversions), width, height, data), \
+        image if job.eval_index is not None else None
 
 
 def process_image(job: ImageJob) -> ImageResult:
@@ -176,21 +173,22 @@ def process_image(job: ImageJob) -> ImageResult:
 
 
 def process_images(jobs: list[ImageJob]) -> list[ImageResult]:
-    """A batch of jobs in one task: fewer round trips to the pool, and the batch's signatures matched against the
-    evaluation index together (its proposal and gate are vectorised over the whole batch)."""
+    """A batch of jobs in one task: fewer round trips to the pool, and the batch's images signed and matched
+    against the evaluation index together (hashes, proposal and gate are vectorised over the whole batch)."""
     checked = [_check_image(job) for job in jobs]
     by_index: dict[str, list[int]] = {}
-    for n, (_, signature) in enumerate(checked):
-        if signature is not None:
+    for n, (_, image) in enumerate(checked):
+        if image is not None:
             by_index.setdefault(jobs[n].eval_index, []).append(n)
     results = [result for result, _ in checked]
     if by_index:
         from dataclasses import replace
 
-        from rsgen.prepare.perceptual import open_index
+        from rsgen.prepare.perceptual import image_signatures, open_index
 
         for directory, positions in by_index.items():
-            matches = open_index(directory).match_many([checked[n][1] for n in positions])
+            signatures = image_signatures([checked[n][1] for n in positions])
+            matches = open_index(directory).match_many(signatures)
             for n, match in zip(positions, matches):
                 results[n] = replace(results[n], eval_match=match)
     return results

@@ -26,7 +26,7 @@ original. So the decision has three steps:
 This module imports only numpy and Pillow: image workers compute signatures next to the image checks, on the
 image they decoded anyway, reduced by an integer factor (or decoded at reduced size: `decode_for_hashing`).
 
-Longer than most modules (~530 lines): the three steps stay together, since the gate and the pixel check read the
+Longer than most modules (~550 lines): the three steps stay together, since the gate and the pixel check read the
 thumbnails and content boxes the signature step keeps, and a change to one is a change to what the others compare.
 """
 
@@ -37,7 +37,10 @@ import os
 import numpy as np
 from PIL import Image, ImageFilter
 
-WORK_SIDE = 128  # content boxes are found on a copy reduced to under twice this: fast, and JPEG noise averages out
+# Hashes, content box and gate averages are measured on a copy reduced to under twice this: fast, and JPEG noise
+# averages out. 64, not 128 (signature version 2): the content box of a 168 x 112 demo image cost 75 us at full size,
+# 44 at half, and every promised copy is still found (tests/prepare/test_decontaminate.py).
+WORK_SIDE = 64
 BORDER_TOLERANCE = 32  # a border line is uniform when its pixels are within this of the line's median colour ...
 BORDER_UNIFORM_SHARE = 0.98  # ... this share of them at least
 HASH_SIDE = 32
@@ -59,8 +62,10 @@ MAX_SOLID_PIXELS = 8  # of THUMB x THUMB: a copy leaves at most this many (0.2%)
 BASE_SIDE = 256  # every measurement is taken on a copy at most this size on its long side
 # Part of the prepared pool's fingerprint and of the signature cache's folder: a new version re-runs
 # decontamination. 2: images reduced by an integer factor (Image.reduce, JPEG decoded at reduced size), the content
-# hash read off the thumbnail, and the TINY averages the gate compares.
-SIGNATURE_VERSION = 2
+# hash read off the thumbnail, and the TINY averages the gate compares. 3: hashes, content box and TINY averages
+# measured on the copy under twice WORK_SIDE = 64 (it was 128), no longer read off the confirmation thumbnail,
+# which is made only for a compared image.
+SIGNATURE_VERSION = 3
 
 
 def _dct_matrix(n: int) -> np.ndarray:
@@ -76,10 +81,10 @@ _DCT8 = _dct_matrix(HASH_SIDE)[:8]  # only the 8 lowest frequencies are kept: 8 
 
 class ImageSignature:
     """What the index keeps of an image: two hashes, the content box's shape, its TINY x TINY averages and a small
-    thumbnail, kept sharp. The thumbnail is blurred when first compared: few images are (a pool image only for a
-    candidate that passes the gate, an evaluation image only when it is such a candidate), and the blur costs
-    about a third of a signature (~0.1 ms of PIL's GaussianBlur on THUMB x THUMB), so evaluation images are hashed
-    and cached without it."""
+    thumbnail, kept sharp. The thumbnail is made when first asked for, and blurred when first compared: few images
+    are (a pool image only for a candidate that passes the gate, an evaluation image only when it is such a
+    candidate), and the two cost about as much as the rest of a signature (~35 us of PIL's resize to THUMB x THUMB,
+    ~0.1 ms of its GaussianBlur), so a pool image is signed without them and evaluation images are cached unblurred."""
 
     __slots__ = ("hash_whole", "hash_content", "aspect", "tiny", "_sharp", "_blurred")
 
@@ -88,14 +93,16 @@ class ImageSignature:
         self.hash_content = hash_content  # pHash of the content box
         self.aspect = aspect  # width / height of the content box, in the image's pixels
         self.tiny = tiny  # TINY x TINY x 3 uint8: area averages of the content box
-        self._sharp = sharp  # the THUMB x THUMB thumbnail, unblurred: bytes, or the image they come from
+        # The THUMB x THUMB thumbnail, unblurred: bytes, or (image, content box) to make it from.
+        self._sharp = sharp
         self._blurred: bytes | None = None
 
     @property
     def sharp(self) -> bytes:
         """THUMB x THUMB x 3 uint8: the content box, stretched (what an index's thumbs.u8 holds)."""
         if not isinstance(self._sharp, bytes):
-            self._sharp = self._sharp.tobytes()
+            image, box = self._sharp
+            self._sharp = image.resize((THUMB, THUMB), Image.Resampling.BOX, box=box).tobytes()
         return self._sharp
 
     def packed(self) -> ImageSignature:
@@ -107,8 +114,7 @@ class ImageSignature:
     def thumb(self) -> bytes:
         """THUMB x THUMB x 3 uint8: the content box, stretched, lightly blurred (what `compare` compares)."""
         if self._blurred is None:
-            sharp = self._sharp if isinstance(self._sharp, Image.Image) else _view(self._sharp)
-            self._blurred = sharp.filter(ImageFilter.GaussianBlur(0.7)).tobytes()
+            self._blurred = _view(self.sharp).filter(ImageFilter.GaussianBlur(0.7)).tobytes()
         return self._blurred
 
 
@@ -164,13 +170,14 @@ def content_box(pixels: np.ndarray) -> tuple[int, int, int, int]:
         left, top, right, bottom = left + lft, top + t, right - rgt, bottom - b
 
 
-def _phash(grey: Image.Image) -> int:
-    """pHash of a HASH_SIDE x HASH_SIDE grey image."""
-    small = np.asarray(grey, dtype=np.float64)
-    low = (_DCT8 @ small @ _DCT8.T).ravel()
+def _phashes(greys: list[Image.Image]) -> list[int]:
+    """pHashes of HASH_SIDE x HASH_SIDE grey images, all in one product (a batch's images cost ~1 us each, one
+    image alone ~10 us)."""
+    small = np.stack([np.asarray(g, dtype=np.float32) for g in greys])
+    low = (_DCT8 @ small @ _DCT8.T).reshape(len(greys), 64)
     # Against the median of the 63 terms after the DC term, which says only how bright the image is.
-    bits = low > np.partition(low[1:], 31)[31]
-    return int(np.packbits(bits).view(">u8")[0])
+    bits = low > np.partition(low[:, 1:], 31, axis=1)[:, 31:32]
+    return np.packbits(bits, axis=1).view(">u8")[:, 0].tolist()
 
 
 def reduction_factor(size: tuple[int, int], side: int) -> int:
@@ -179,30 +186,41 @@ def reduction_factor(size: tuple[int, int], side: int) -> int:
 
 
 def image_signature(image: Image.Image) -> ImageSignature:
-    """The signature of a decoded image (of any mode; a JPEG may be decoded at reduced size already, see
-    `decode_for_hashing`). Measured on a copy reduced by an integer factor (a box filter, as cheap as it gets) to
-    at most BASE_SIDE on its long side; its content box is found on a copy reduced again, to under 2 x WORK_SIDE."""
-    if image.mode != "RGB":
-        image = image.convert("RGB")
-    factor = reduction_factor(image.size, BASE_SIDE)
-    if factor > 1:
-        image = image.reduce(factor)
-    width, height = image.size
-    scale = max(1, max(width, height) // WORK_SIDE)
-    work = image if scale == 1 else image.reduce(scale)
-    box = content_box(np.asarray(work))
-    # In the image's pixels; the last row or column of a reduced copy may stand for fewer than `scale` of them.
-    box = (box[0] * scale, box[1] * scale, min(box[2] * scale, width), min(box[3] * scale, height))
-    thumb = image.resize((THUMB, THUMB), Image.Resampling.BOX, box=box)  # blurred only when compared
-    return ImageSignature(
+    """The signature of one decoded image: `image_signatures` of a list of one."""
+    return image_signatures([image])[0]
+
+
+def image_signatures(images: list[Image.Image]) -> list[ImageSignature]:
+    """The signatures of decoded images (of any mode; a JPEG may be decoded at reduced size already, see
+    `decode_for_hashing`). Each is measured on a copy reduced by an integer factor (a box filter, as cheap as it
+    gets) to at most BASE_SIDE on its long side, and everything but the confirmation thumbnail on a copy reduced
+    again, to under twice WORK_SIDE: the content box, the whole image's and the content box's HASH_SIDE x
+    HASH_SIDE greys and the TINY averages. Hashing reads only the 8 x 8 lowest frequencies and the gate 8 x 8
+    cells, which that many pixels hold; the confirmation thumbnail, made only when an image is compared, is cut
+    from the larger copy. The hashes of all the images are computed in one product."""
+    made, greys = [], []
+    for image in images:
+        if image.mode != "RGB":
+            image = image.convert("RGB")
+        factor = reduction_factor(image.size, BASE_SIDE)
+        if factor > 1:
+            image = image.reduce(factor)
+        scale = max(1, max(image.size) // WORK_SIDE)
+        work = image if scale == 1 else image.reduce(scale)
+        box = content_box(np.asarray(work))
+        # In the larger copy's pixels; the last row or column of a reduced copy may stand for fewer than `scale`.
+        width, height = image.size
+        large = (box[0] * scale, box[1] * scale, min(box[2] * scale, width), min(box[3] * scale, height))
+        content = work.resize((HASH_SIDE, HASH_SIDE), Image.Resampling.BOX, box=box)
         # Reduced first while both sides stay at least HASH_SIDE: a box filter twice, ~2x cheaper than once.
-        hash_whole=_phash(work.reduce(max(1, min(work.size) // HASH_SIDE)).resize(
-            (HASH_SIDE, HASH_SIDE), Image.Resampling.BOX).convert("L")),
-        hash_content=_phash(thumb.reduce(THUMB // HASH_SIDE).convert("L")),
-        aspect=(box[2] - box[0]) / (box[3] - box[1]),
-        tiny=thumb.reduce(THUMB // TINY).tobytes(),
-        sharp=thumb,
-    )
+        first = max(1, min(work.size) // HASH_SIDE)
+        whole = (work if first == 1 else work.reduce(first)).resize((HASH_SIDE, HASH_SIDE), Image.Resampling.BOX)
+        greys += [whole.convert("L"), content.convert("L")]
+        made.append(((large[2] - large[0]) / (large[3] - large[1]), content.reduce(HASH_SIDE // TINY).tobytes(),
+                     (image, large)))
+    hashes = _phashes(greys) if greys else []
+    return [ImageSignature(hashes[2 * n], hashes[2 * n + 1], aspect, tiny, sharp)
+            for n, (aspect, tiny, sharp) in enumerate(made)]
 
 
 def decode_for_hashing(data: bytes) -> Image.Image:

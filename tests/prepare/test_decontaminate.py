@@ -150,6 +150,45 @@ def test_a_batch_of_images_is_matched_as_one_at_a_time(tmp_path, monkeypatch):
     assert index.match_many(sigs) == one_by_one
 
 
+def test_a_batch_is_signed_as_one_image_at_a_time_and_the_thumbnail_made_late_is_the_same():
+    """Workers sign a batch at once (its hashes in one product) and make a pool image's confirmation thumbnail
+    only when a candidate reaches the pixel check; neither changes a signature."""
+    from rsgen.prepare.perceptual import image_signatures
+
+    images = [_demo_image(7, i) for i in range(6)] + [letterbox(_demo_image(7, 1)), half(_demo_image(7, 2))]
+    images.append(Image.new("L", (40, 30), 128))  # uniform and grey: converted, full box
+    batch = image_signatures(images)
+    for image, signed in zip(images, batch):
+        alone = image_signature(image).packed()  # packed: its thumbnail made now, as evaluation images are
+        assert isinstance(signed._sharp, tuple)  # not made yet
+        assert (signed.hash_whole, signed.hash_content, signed.aspect, signed.tiny) == \
+            (alone.hash_whole, alone.hash_content, alone.aspect, alone.tiny)
+        assert signed.thumb == alone.thumb and signed.sharp == alone.sharp
+
+
+def test_an_evaluation_image_that_cannot_be_read_or_signed_is_counted_not_fatal(monkeypatch):
+    """Unreadable bytes, and an image Pillow decodes but signing fails on, give None (counted as unreadable by
+    the index build); the rest of the batch is signed as it would be alone."""
+    from rsgen.prepare import decontaminate, perceptual
+
+    good = [("bytes", _png(_demo_image(7, i))) for i in range(3)]
+    odd = ("bytes", _png(Image.new("RGB", (37, 23), (1, 2, 3))))
+    real = perceptual.content_box
+
+    def content_box_failing_on_the_odd_size(pixels):  # a fault injected where signing could fail, for one size
+        if pixels.shape[:2] == (23, 37):
+            raise ValueError("injected")
+        return real(pixels)
+
+    monkeypatch.setattr(perceptual, "content_box", content_box_failing_on_the_odd_size)
+    out = decontaminate.eval_signatures([good[0], ("bytes", b"not an image"), odd, good[1], good[2]])
+    assert [s is None for s in out] == [False, True, True, False, False]
+    for (_, data), signed in zip(good, (out[0], out[3], out[4])):
+        alone = image_signature(Image.open(io.BytesIO(data)).convert("RGB"))
+        assert (signed.hash_whole, signed.hash_content, signed.tiny, signed.sharp) == \
+            (alone.hash_whole, alone.hash_content, alone.tiny, alone.sharp)
+
+
 def _jpeg(image, **kwargs) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=90, **kwargs)
@@ -160,7 +199,7 @@ def test_evaluation_images_are_decoded_only_as_large_as_hashing_needs_and_turned
     """A large evaluation JPEG is decoded at reduced size (Image.draft) and still matches its copies as prepare
     signs them (fully decoded); an evaluation image stored rotated with an EXIF orientation is turned upright, as
     prepare turns pool images, so the pool's upright copy matches it."""
-    from rsgen.prepare.decontaminate import eval_signature
+    from rsgen.prepare.decontaminate import eval_signatures
     from rsgen.prepare.perceptual import BASE_SIDE, decode_for_hashing
 
     scene = _demo_image(7, 4)
@@ -169,8 +208,8 @@ def test_evaluation_images_are_decoded_only_as_large_as_hashing_needs_and_turned
     rotated = scene.transpose(Image.Transpose.ROTATE_90)
     exif = Image.Exif()
     exif[0x0112] = 6  # "rotate 90 clockwise to show": what a camera writes for the pixels of `rotated`
-    ImageIndex.write(tmp_path / "large", [eval_signature(("bytes", large))])
-    ImageIndex.write(tmp_path / "rotated", [eval_signature(("bytes", _jpeg(rotated, exif=exif)))])
+    ImageIndex.write(tmp_path / "large", eval_signatures([("bytes", large)]))
+    ImageIndex.write(tmp_path / "rotated", eval_signatures([("bytes", _jpeg(rotated, exif=exif))]))
     for name in ("large", "rotated"):
         index = ImageIndex.open(tmp_path / name)
         for copy in (scene, half(scene), jpeg60(scene)):

@@ -352,3 +352,18 @@ def test_recipe_without_sources_is_an_error(tmp_path, tools):
 def test_load_prepared_without_a_pool_says_what_to_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="rsgen prepare"):
         load_prepared(tmp_path)
+
+
+@pytest.mark.slow  # spawns image workers
+def test_image_workers_start_with_one_blas_thread_and_leave_the_parent_environment_as_it_was(monkeypatch):
+    """Each image worker is one process per core: numpy's BLAS threads in it would only contend for the same
+    cores (the gate's products), so the workers start with one; the main process's own settings stay."""
+    from rsgen.prepare.stage import ImageWorkers
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    with ImageWorkers(2) as workers:
+        seen = [workers.pool.apply(os.getenv, (name,))
+                for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")]
+    assert seen == ["1", "1", "1"]
+    assert os.environ["OMP_NUM_THREADS"] == "7" and "OPENBLAS_NUM_THREADS" not in os.environ
