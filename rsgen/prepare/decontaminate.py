@@ -52,6 +52,7 @@ from rsgen.prepare.perceptual import (
     ImageIndex,
     ImageSignature,
     decode_for_hashing,
+    hashing_copy,
     image_signatures,
 )
 
@@ -190,14 +191,14 @@ class QuestionIndex:
 
 
 def _decoded(job: tuple[str, bytes | str]):
-    """One evaluation image (kind "bytes" or "path"), decoded for hashing; None when it cannot be read."""
+    """One evaluation image (kind "bytes" or "path"), decoded and reduced for hashing (a batch of them waits to be
+    signed: small copies); None when it cannot be read."""
     kind, payload = job
     try:
         if kind == "path":
             with open(payload, "rb") as f:
                 payload = f.read()
-        image = decode_for_hashing(payload)
-        return image if image.mode == "RGB" else image.convert("RGB")  # a mode Pillow cannot convert is unreadable
+        return hashing_copy(decode_for_hashing(payload))  # here: a mode Pillow cannot convert is unreadable
     except Exception:  # an unreadable evaluation image is counted in the report, not fatal
         return None
 

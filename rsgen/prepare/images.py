@@ -102,8 +102,8 @@ def _to_rgb(image: Image.Image) -> Image.Image:
 
 
 def _check_image(job: ImageJob) -> tuple[ImageResult, Any]:
-    """The image's checks, and the decoded image when the job asks for a match against an evaluation index (else
-    None); the result's eval_match is left to `process_images`."""
+    """The image's checks, and the copy of it that hashing needs when the job asks for a match against an
+    evaluation index (else None); the result's eval_match is left to `process_images`."""
     if job.kind == "path":
         try:
             with open(job.payload, "rb") as f:
@@ -161,10 +161,13 @@ def _check_image(job: ImageJob) -> tuple[ImageResult, Any]:
         stored = buffer.getvalue()
     sha = raw_sha if stored is raw else hashlib.sha256(stored).hexdigest()
     data = None if stored is raw and job.kind == "bytes" else stored  # the main process has the payload already
-    # Signed by `process_images`, on the decoded upright RGB image, in the worker: no second decode, in no other
-    # process.
-    return ImageResult(None, sha, raw_sha, tuple(conversions), width, height, data), \
-        image if job.eval_index is not None else None
+    if job.eval_index is None:
+        return ImageResult(None, sha, raw_sha, tuple(conversions), width, height, data), None
+    # Signed by `process_images` with the rest of the batch, from the decoded upright RGB image, in the worker: no
+    # second decode, in no other process. Reduced now: the batch holds small copies until then.
+    from rsgen.prepare.perceptual import hashing_copy
+
+    return ImageResult(None, sha, raw_sha, tuple(conversions), width, height, data), hashing_copy(image)
 
 
 def process_image(job: ImageJob) -> ImageResult:

@@ -185,6 +185,16 @@ def reduction_factor(size: tuple[int, int], side: int) -> int:
     return max(1, -(-max(size) // side))
 
 
+def hashing_copy(image: Image.Image) -> Image.Image:
+    """What a signature is measured on: the image in RGB, reduced by an integer factor (a box filter, as cheap as it
+    gets) to at most BASE_SIDE on its long side; the image itself when it is that already. A batch waiting to be
+    signed holds these, not the decoded images: 32 photos of 12 megapixels would hold over 1 GB."""
+    if image.mode != "RGB":
+        image = image.convert("RGB")
+    factor = reduction_factor(image.size, BASE_SIDE)
+    return image.reduce(factor) if factor > 1 else image
+
+
 def image_signature(image: Image.Image) -> ImageSignature:
     """The signature of one decoded image: `image_signatures` of a list of one."""
     return image_signatures([image])[0]
@@ -192,19 +202,14 @@ def image_signature(image: Image.Image) -> ImageSignature:
 
 def image_signatures(images: list[Image.Image]) -> list[ImageSignature]:
     """The signatures of decoded images (of any mode; a JPEG may be decoded at reduced size already, see
-    `decode_for_hashing`). Each is measured on a copy reduced by an integer factor (a box filter, as cheap as it
-    gets) to at most BASE_SIDE on its long side, and everything but the confirmation thumbnail on a copy reduced
-    again, to under twice WORK_SIDE: the content box, the whole image's and the content box's HASH_SIDE x
+    `decode_for_hashing`). Each is measured on its `hashing_copy`, and everything but the confirmation thumbnail
+    on a copy reduced again, to under twice WORK_SIDE: the content box, the whole image's and the content box's HASH_SIDE x
     HASH_SIDE greys and the TINY averages. Hashing reads only the 8 x 8 lowest frequencies and the gate 8 x 8
     cells, which that many pixels hold; the confirmation thumbnail, made only when an image is compared, is cut
     from the larger copy. The hashes of all the images are computed in one product."""
     made, greys = [], []
     for image in images:
-        if image.mode != "RGB":
-            image = image.convert("RGB")
-        factor = reduction_factor(image.size, BASE_SIDE)
-        if factor > 1:
-            image = image.reduce(factor)
+        image = hashing_copy(image)
         scale = max(1, max(image.size) // WORK_SIDE)
         work = image if scale == 1 else image.reduce(scale)
         box = content_box(np.asarray(work))

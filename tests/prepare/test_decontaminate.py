@@ -166,6 +166,24 @@ def test_a_batch_is_signed_as_one_image_at_a_time_and_the_thumbnail_made_late_is
         assert signed.thumb == alone.thumb and signed.sharp == alone.sharp
 
 
+def test_a_batch_waiting_to_be_signed_holds_small_copies_that_sign_as_the_decoded_image():
+    """A worker signs its batch after checking every image of it: what waits is each image's hashing copy (at most
+    BASE_SIDE on its long side), not the decoded image (32 photos of 12 megapixels would be over 1 GB), and it
+    signs exactly as the decoded image does."""
+    from rsgen.prepare.images import ImageJob, _check_image
+    from rsgen.prepare.perceptual import BASE_SIDE
+
+    scene = _demo_image(7, 5)
+    large = scene.resize((scene.width * 12, scene.height * 12), Image.Resampling.BICUBIC)  # 2016 x 1344
+    job = ImageJob("bytes", _png(large), None, 1 << 30, 1000.0, "index-folder")
+    result, waiting = _check_image(job)
+    assert result.reason is None and (result.width, result.height) == large.size
+    assert max(waiting.size) <= BASE_SIDE
+    a, b = image_signature(waiting), image_signature(large)
+    assert (a.hash_whole, a.hash_content, a.aspect, a.tiny, a.sharp) == \
+        (b.hash_whole, b.hash_content, b.aspect, b.tiny, b.sharp)
+
+
 def test_an_evaluation_image_that_cannot_be_read_or_signed_is_counted_not_fatal(monkeypatch):
     """Unreadable bytes, and an image Pillow decodes but signing fails on, give None (counted as unreadable by
     the index build); the rest of the batch is signed as it would be alone."""
