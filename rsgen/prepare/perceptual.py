@@ -38,8 +38,8 @@ import numpy as np
 from PIL import Image, ImageFilter
 
 # Hashes, content box and gate averages are measured on a copy reduced to under twice this: fast, and JPEG noise
-# averages out. 64, not 128 (signature version 2): the content box of a 168 x 112 demo image cost 75 us at full size,
-# 44 at half, and every promised copy is still found (tests/prepare/test_decontaminate.py).
+# averages out. 64 since signature version 3 (version 2: 128): the content box of a 168 x 112 demo image cost 75 us at
+# full size, 44 at half, and every promised copy is still found (tests/prepare/test_decontaminate.py).
 WORK_SIDE = 64
 BORDER_TOLERANCE = 32  # a border line is uniform when its pixels are within this of the line's median colour ...
 BORDER_UNIFORM_SHARE = 0.98  # ... this share of them at least
