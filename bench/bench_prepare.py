@@ -197,8 +197,7 @@ def main() -> None:
                       f"{run['cpu_main_s']} + {run['cpu_workers_s']}, {cpu_run / max(cpu_plain, 1e-9) - 1:+.0%}")
             # The cold run's extra time over the warm run is the evaluation set's indexing alone (hashing the images,
             # writing the cache): both runs then match the same pool against the same index. Over the plain run it
-            # would also count that pool side, which grows with the pool (the warm overhead above) -- at 10,000 pool
-            # images 2,551 images/s over plain against 4,292 over warm, at 1,000 3,731 against 4,202 (2026-12-05).
+            # also counts that matching, which grows with the pool (docs/decontamination.md#cost).
             rate = args.decontaminate / max(cold["seconds"] - warm["seconds"], 1e-9)
             rate_plain = args.decontaminate / max(cold["seconds"] - plain["seconds"], 1e-9)
             print(f"cold: {rate:,.0f} evaluation images indexed per second of the cold run's time over the warm run's, "
