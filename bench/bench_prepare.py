@@ -21,6 +21,12 @@ images one process hashes per second, whether the three pools are identical (the
 the CPU time one worker spends on a pool image without and with the evaluation index (the part no cache removes).
 Each run's CPU seconds (main process + image workers) are printed beside its wall time: on a shared machine the
 wall time follows the CPU a run needs in all.
+
+    python bench/bench_prepare.py --sizes 10000 --decontaminate 10000 --image-size 480x320
+
+With `--image-size WxH` the demo images of the pool and of the evaluation set are drawn as usual and then stored
+resized to W x H (bilinear, PNG; untimed), e.g. CLEVR's 480 x 320: the demo's 168 x 112 PNGs decode in ~0.1 ms,
+so on them every per-image cost of decontamination weighs more than on a real pool's images.
 """
 
 from __future__ import annotations
@@ -89,7 +95,38 @@ def child(num_images: int, num_proc: int, source_kind: str, workdir: str, decont
     }
 
 
-def hashed_per_second(n: int = 200) -> float:
+def write_pool(path: str, num_images: int, seed: int, image_size: tuple[int, int] | None) -> None:
+    """The demo pool as a parquet file, its images resized to `image_size` (W, H) when given. Row groups of 100
+    rows, as `datasets` writes image datasets: a parquet reader holds about one row group, so a pool written as one
+    giant row group would measure the file layout, not prepare."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    from rsgen.demo.pool import write_demo_pool
+
+    write_demo_pool(path, num_images, seed, rows_per_row_group=100)
+    if image_size is None:
+        return
+    drawn = pq.ParquetFile(path)
+    with pq.ParquetWriter(path + ".resized", drawn.schema_arrow) as writer:
+        for group in range(drawn.num_row_groups):
+            table = drawn.read_row_group(group)
+            cells = []
+            for cell in table.column("image").to_pylist():
+                buffer = io.BytesIO()
+                image = Image.open(io.BytesIO(cell["bytes"])).convert("RGB").resize(image_size, Image.BILINEAR)
+                image.save(buffer, format="PNG")  # Pillow's default level, as datasets' PNGs are written
+                cells.append({**cell, "bytes": buffer.getvalue()})
+            column = table.schema.get_field_index("image")
+            writer.write_table(table.set_column(column, table.schema.field(column),
+                                                pa.array(cells, type=table.schema.field(column).type)))
+    os.replace(path + ".resized", path)
+
+
+def hashed_per_second(image_size: tuple[int, int] | None, n: int = 200) -> float:
     import io
 
     from PIL import Image
@@ -98,6 +135,8 @@ def hashed_per_second(n: int = 200) -> float:
     from rsgen.prepare.perceptual import image_signature
 
     images = [Image.open(io.BytesIO(make_demo_image(SEED, i)[1])).convert("RGB") for i in range(n)]
+    if image_size is not None:
+        images = [image.resize(image_size, Image.BILINEAR) for image in images]
     start = time.perf_counter()
     for image in images:
         image_signature(image)
@@ -136,6 +175,7 @@ def main() -> None:
     parser.add_argument("--num-proc", type=int, default=2)
     parser.add_argument("--source", choices=["parquet", "demo"], default="parquet")
     parser.add_argument("--decontaminate", type=int, default=0, help="evaluation images (0: no decontamination run)")
+    parser.add_argument("--image-size", help="WxH: store the demo images resized to this size (e.g. 480x320)")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--output-name", default="out", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -145,26 +185,30 @@ def main() -> None:
         print(json.dumps(result))
         return
 
+    image_size = None
+    if args.image_size:
+        try:
+            image_size = tuple(int(side) for side in args.image_size.lower().split("x"))
+        except ValueError:
+            image_size = ()
+        if len(image_size) != 2 or min(image_size) < 1:
+            parser.error(f"--image-size {args.image_size!r}: expected WIDTHxHEIGHT in pixels, e.g. 480x320")
+        if args.source != "parquet":
+            parser.error("--image-size resizes the images of a parquet pool: use it with --source parquet")
     results = []
     for size in args.sizes:
         with tempfile.TemporaryDirectory(prefix="rsgen-bench-prepare-") as workdir:
-            if args.source == "parquet":
-                # Drawn in another process, so that drawing leaves no trace in the measured one.
-                # Row groups of 100 rows, as `datasets` writes image datasets: a parquet reader holds about one row
-                # group, so a pool written as one giant row group would measure the file layout, not prepare.
-                subprocess.run(
-                    [sys.executable, "-c", "import sys; from rsgen.demo.pool import write_demo_pool; "
-                     "write_demo_pool(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), rows_per_row_group=100)",
-                     os.path.join(workdir, "pool.parquet"), str(size), str(SEED)],
-                    check=True,
-                )
+            # Drawn in other processes, so that drawing leaves no trace in the measured one.
+            draw = [(os.path.join(workdir, "pool.parquet"), size, SEED)] if args.source == "parquet" else []
             if args.decontaminate:
-                subprocess.run(
-                    [sys.executable, "-c", "import sys; from rsgen.demo.pool import write_demo_pool; "
-                     "write_demo_pool(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), rows_per_row_group=100)",
-                     os.path.join(workdir, "eval.parquet"), str(args.decontaminate), str(SEED + 1)],
-                    check=True,
-                )
+                draw.append((os.path.join(workdir, "eval.parquet"), args.decontaminate, SEED + 1))
+            drawing = [subprocess.Popen([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                                "from bench_prepare import write_pool; write_pool(sys.argv[2], int(sys.argv[3]), "
+                                "int(sys.argv[4]), tuple(map(int, sys.argv[5:])) or None)",
+                                os.path.dirname(os.path.abspath(__file__)), path, str(count), str(seed),
+                                *map(str, image_size or ())]) for path, count, seed in draw]
+            if any(process.wait() for process in drawing):
+                sys.exit("drawing the demo pool failed (see above)")
             runs = []
             # plain, then cold and warm: the same signature cache folder, empty before the cold run.
             env = {**os.environ, "HF_ASSETS_CACHE": os.path.join(workdir, "signature-cache")}
@@ -212,13 +256,14 @@ def main() -> None:
                       f"{decon_cost * 1e6:,.0f} us with it (+{(decon_cost - plain_cost) * 1e6:,.0f} us: its "
                       "signature, the proposal, the gate, the pixel checks)")
     print()
-    print(f"source: {args.source}, workers: {args.num_proc}")
+    print(f"source: {args.source}, workers: {args.num_proc}, images: "
+          + ("168 x 112 (the demo's)" if image_size is None else f"{image_size[0]} x {image_size[1]} (resized)"))
     print(f"{'images':>8} {'rows':>8} {'QA pairs':>9} {'seconds':>8} {'rows/s':>8} {'images/s':>9} {'peak MB':>8}")
     for r in results:
         print(f"{r['images']:>8} {r['source_rows']:>8} {r['qa_pairs']:>9} {r['seconds']:>8} {r['source_rows_per_s']:>8} "
               f"{r['images_per_s']:>9} {r['peak_rss_mb']:>8}")
     if args.decontaminate:
-        print(f"images hashed per second (one process): {hashed_per_second():.0f}")
+        print(f"images hashed per second (one process): {hashed_per_second(image_size):.0f}")
     if len(results) >= 2:
         ratio = results[-1]["peak_rss_mb"] / results[0]["peak_rss_mb"]
         verdict = "OK" if ratio <= 1.5 else "OVER TARGET"
